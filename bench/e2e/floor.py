@@ -1,0 +1,123 @@
+"""The CPU floor: a Scrapy spider that fetches given URLs and parses each page once with lxml.
+
+Nothing else: no robots.txt, no delays, no extraction, no link following, no output. What the product
+spends per page beyond this is its own overhead (politeness bookkeeping, extraction, frontier,
+staging, Dagster). Requests are fed a few hundred at a time from the callbacks, never as one
+unbounded start() generator (see MEASUREMENTS.md).
+
+    python -m bench.e2e.floor --urls FILE [--proxy URL] [--concurrency 64]
+
+FILE holds one absolute URL per line. Prints JSON statistics on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import lxml.html
+import scrapy
+
+from bench.e2e.common import FLOOR_UA
+
+_PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
+
+
+class FloorSpider(scrapy.Spider):
+    name = "bench_floor"
+
+    def __init__(self, urls: list[str], window: int, **kwargs):
+        super().__init__(**kwargs)
+        self.todo = list(reversed(urls))
+        self.window = window
+        self.pages = 0
+        self.parsed = 0
+        self.failed_requests = 0
+
+    def _next(self):
+        if self.todo:
+            url = self.todo.pop()
+            yield scrapy.Request(
+                url,
+                callback=self.parse,
+                errback=self.failed,
+                dont_filter=True,
+                meta={"handle_httpstatus_all": True, "dont_retry": True},
+            )
+
+    async def start(self):
+        for _ in range(self.window):
+            for request in self._next():
+                yield request
+
+    def parse(self, response):
+        self.pages += 1
+        body = response.body
+        if body.strip():
+            try:
+                lxml.html.document_fromstring(body, parser=_PARSER)
+                self.parsed += 1
+            except (lxml.etree.ParserError, ValueError):
+                pass
+        yield from self._next()
+
+    def failed(self, failure):
+        self.failed_requests += 1
+        yield from self._next()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--urls", required=True, type=Path)
+    parser.add_argument("--proxy", default=None)
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args(argv)
+
+    from scrapy.crawler import CrawlerProcess
+
+    started = time.monotonic()
+    if args.proxy:
+        for name in ("http_proxy", "https_proxy"):
+            os.environ[name] = args.proxy
+        os.environ.pop("no_proxy", None)
+    urls = [u.strip() for u in args.urls.read_text("utf-8").splitlines() if u.strip()]
+    settings = {
+        "USER_AGENT": FLOOR_UA,
+        "ROBOTSTXT_OBEY": False,
+        "CONCURRENT_REQUESTS": args.concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
+        "DOWNLOAD_DELAY": 0,
+        "DOWNLOAD_TIMEOUT": 30,
+        "RETRY_ENABLED": False,
+        "COOKIES_ENABLED": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "LOG_LEVEL": "WARNING",
+        "LOGSTATS_INTERVAL": 0,
+        "CONCURRENT_ITEMS": 1,
+        "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+    }
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(FloorSpider)
+    process.crawl(crawler, urls=urls, window=args.concurrency * 2)
+    process.start()
+    spider = crawler.spider
+    print(
+        json.dumps(
+            {
+                "urls": len(urls),
+                "pages": spider.pages,
+                "parsed": spider.parsed,
+                "failed": spider.failed_requests,
+                "seconds": round(time.monotonic() - started, 3),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

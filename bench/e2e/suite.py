@@ -1,0 +1,801 @@
+"""The whole end-to-end benchmark in one invocation (``python -m bench e2e``).
+
+1. generate (or take from the cache) the web + dataset for (seed, hosts, records);
+2. start one virtual web (the shared proxy every crawler goes through, one request log) and one
+   ephemeral MongoDB;
+3. run, one after the other on the same web and dataset:
+   - the product: ``enrich-crawl run --dataset SPEC --mappings DIR`` (Dagster, partitions, MongoDB
+     merge) with a fresh DAGSTER_HOME, its own MONGODB_DB, ENRICH_SHARDS=P, http(s)_proxy;
+   - the seed-style baseline (P processes) and the plain Scrapy BFS (P processes), time-budgeted;
+   - the CPU floor: the product's requests fetched again and parsed once with lxml (P processes);
+   - the scaling series: the product with 1, 2, 4, 8 partitions on a CPU-bound subset (a copy of the
+     web with Crawl-delay 0 and ``crawl.default_delay: 0``) and a politeness-bound subset (the
+     records of the hosts with the most records);
+   - the RSS check: the product on a 10x smaller subset, crawl worker peak RSS compared;
+4. write ``bench/results/<date>[-quick].json``, ``.md`` (tables) and ``-scaling.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import generate as gen_mod
+from bench.e2e.common import BFS_UA, FLOOR_UA, SEED_UA, read_results
+from bench.e2e.measure import (
+    HostRules,
+    RunMetrics,
+    accuracy,
+    product_values,
+    request_stats,
+    run_measured,
+    run_parallel,
+    select_requests,
+)
+from enrich_crawl.config import DEFAULT_USER_AGENT
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCT_UA_PREFIX = DEFAULT_USER_AGENT.split(" ")[0]  # "enrich_crawl/0.1"
+_INIT_INSTANCE = (
+    "from enrich_crawl.runner import ensure_dagster_home; ensure_dagster_home(); "
+    "import dagster; instance = dagster.DagsterInstance.get(); instance.get_runs(limit=1); "
+    "instance.get_backfills()"
+)
+MIN_SAMPLE = 5
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "enrich_crawl"
+
+
+@dataclass
+class SuiteConfig:
+    seed: int = 1
+    hosts: int = 1000
+    records: int = 20000
+    processes: int = 8
+    baseline_budget: float = 900.0
+    # the Scrapy BFS interleaves all its active records, so none finishes within a budget on
+    # shared hosts: it crawls a sample (records per process) to the end, to count pages exactly
+    bfs_records: int = 25
+    bfs_budget: float = 3600.0
+    parallel_baselines: bool = False
+    scaling: tuple[int, ...] = (1, 2, 4, 8)
+    scaling_cpu_records: int = 4000
+    scaling_politeness_hosts: int = 20
+    scaling_politeness_records: int = 1500
+    rss_small_records: int = 2000
+    skip: frozenset[str] = frozenset()
+    plugins: tuple[str, ...] = ("pydocs",)
+    cache_dir: Path = DEFAULT_CACHE / "bench-e2e"
+    results_dir: Path = REPO / "bench" / "results"
+    work_dir: Path | None = None
+    run_timeout: float = 4 * 3600
+    quick: bool = False
+
+
+@dataclass
+class SystemResult:
+    name: str
+    metrics: dict[str, Any]
+    log: dict[str, Any]
+    accuracy: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        """The headline figures."""
+        wall = self.metrics.get("wall_s") or 0.0
+        pages = self.log.get("pages", 0)
+        resolved = self.accuracy.get("resolved_records", 0)
+        cpu = self.metrics.get("cpu_s", 0.0)
+        return {
+            "system": self.name,
+            "records": self.accuracy.get("records", 0),
+            "resolvable": self.accuracy.get("resolvable_records", 0),
+            "resolved": resolved,
+            "resolved_per_hour": round(resolved / wall * 3600, 1) if wall else None,
+            "wall_s": wall,
+            "pages": pages,
+            "pages_per_s": round(pages / wall, 2) if wall else None,
+            "pages_per_resolved": round(pages / resolved, 2) if resolved else None,
+            "cpu_s": cpu,
+            "cpu_ms_per_page": round(cpu / pages * 1000, 2) if pages else None,
+            "peak_rss_process_mb": self.metrics.get("peak_rss_max_mb"),
+            "peak_rss_total_mb": self.metrics.get("peak_rss_total_mb"),
+            "violations": self.log.get("violations"),
+            "accuracy": self.accuracy.get("accuracy"),
+            "precision": self.accuracy.get("precision"),
+        }
+
+
+class Suite:
+    def __init__(self, cfg: SuiteConfig, *, log: Callable[[str], None] | None = None):
+        self.cfg = cfg
+        self.say = log or (lambda msg: print(f"[bench e2e] {msg}", file=sys.stderr, flush=True))
+        self.work = cfg.work_dir or Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.results: dict[str, Any] = {"config": _jsonable(dataclasses.asdict(cfg))}
+        self.systems: list[SystemResult] = []
+        self.gen: gen_mod.Generated | None = None
+        self.hosts: dict[str, dict[str, Any]] = {}
+        self._override_web_root: Path | None = None
+
+    # -- set-up --------------------------------------------------------------------------------------
+
+    def generate(self) -> gen_mod.Generated:
+        cfg = self.cfg
+        gcfg = gen_mod.GenConfig(
+            seed=cfg.seed, hosts=cfg.hosts, records=cfg.records, plugins=cfg.plugins
+        )
+        self.gen = gen_mod.cached(gcfg, cfg.cache_dir, log=self.say)
+        self.hosts = self.gen.hosts()
+        self.results["dataset"] = {k: v for k, v in self.gen.manifest.items() if k != "config"}
+        self.results["dataset"]["path"] = str(self.gen.root)
+        return self.gen
+
+    def run(self) -> dict[str, Any]:
+        from enrich_crawl.testing.services import ephemeral_mongo
+        from enrich_crawl.testing.web import running_web
+
+        started = time.monotonic()
+        gen = self.generate()
+        skip = self.cfg.skip
+        self.say(f"work folder {self.work}")
+        with (
+            running_web(gen.web, log_path=self.work / "requests.jsonl") as web,
+            ephemeral_mongo() as mongo,
+        ):
+            self.web, self.mongo = web, mongo
+            product = None
+            if "product" not in skip:
+                product = self.product(gen.spec, gen.mappings, self.cfg.processes, "product")
+                self.systems.append(product)
+            if "seed" not in skip or "bfs" not in skip:
+                self.systems += self.baselines()
+            if "floor" not in skip and product is not None:
+                self.systems.append(self.floor(product))
+            if "rss" not in skip and product is not None and self.cfg.rss_small_records:
+                self.results["rss_check"] = self.rss_check(product)
+            if "scaling" not in skip and self.cfg.scaling:
+                self.results["scaling"] = self.scaling()
+        for system in self.systems:  # the raw request entries stay out of the report
+            system.log.pop("_entries", None)
+        self.results["systems"] = [dataclasses.asdict(s) for s in self.systems]
+        self.results["table"] = [s.row() for s in self.systems]
+        self.results["checks"] = self.checks()
+        self.results["seconds"] = round(time.monotonic() - started, 1)
+        return self.results
+
+    # -- the product -----------------------------------------------------------------------------------
+
+    def _product_env(self, label: str, shards: int) -> dict[str, str]:
+        home = self.work / label / "dagster_home"
+        home.mkdir(parents=True, exist_ok=True)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ENRICH_", "DAGSTER_")) and k.lower() != "no_proxy"
+        }
+        env.update(self.web.proxy_env())
+        env.update(
+            DAGSTER_HOME=str(home),
+            MONGODB_URI=self.mongo.uri,
+            MONGODB_DB=f"bench_{label}".replace("-", "_"),
+            ENRICH_SHARDS=str(shards),
+            ENRICH_MAX_PARALLEL=str(shards),
+            PYTHONWARNINGS="ignore",
+        )
+        return env
+
+    def product(self, spec: Path, mappings: Path, shards: int, label: str) -> SystemResult:
+        import yaml
+
+        raw = yaml.safe_load(spec.read_text("utf-8"))
+        env = self._product_env(label, shards)
+        exe = shutil.which("enrich-crawl")
+        cmd = [exe] if exe else [sys.executable, "-m", "enrich_crawl.cli"]
+        cmd += ["run", "--dataset", str(spec), "--mappings", str(mappings)]
+        # a fresh instance's SQLite schema is created before the measured run (its first use can
+        # race: "table backfill_tags already exists"), and is not what the benchmark measures
+        subprocess.run(
+            [sys.executable, "-c", _INIT_INSTANCE],
+            env=env,
+            cwd=self.work / label,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        self.say(f"{label}: enrich-crawl run, {shards} partitions ...")
+        metrics = run_measured(
+            label, cmd, env=env, cwd=self.work / label, log_dir=self.work / "logs",
+            timeout=self.cfg.run_timeout,
+        )  # fmt: skip
+        delay = float((raw.get("crawl") or {}).get("default_delay", 1.0))
+        log = self._log_stats(metrics, PRODUCT_UA_PREFIX, delay, web_root=self._web_root(spec))
+        truth = gen_mod.read_truth(spec.parent / "truth.jsonl")
+        types = {f: (o or {}).get("type", "string") for f, o in raw["fields"].items()}
+        try:
+            values = product_values(self.mongo.uri, env["MONGODB_DB"], raw["name"])
+        except Exception as exc:
+            self.say(f"{label}: cannot read MongoDB results: {exc}")
+            values = {}
+        acc = accuracy(truth, values, types)
+        result = SystemResult(
+            label,
+            metrics.to_dict(),
+            log,
+            acc,
+            extra={"shards": shards, "summary": _tail(metrics.stdout_path, 25)},
+        )
+        if metrics.returncode != 0:
+            result.extra["stderr_tail"] = _tail(metrics.stderr_path, 40)
+        self._say_row(result)
+        return result
+
+    def _web_root(self, spec: Path) -> Path:
+        return self._override_web_root or self.gen.web
+
+    def _log_stats(
+        self, metrics: RunMetrics, ua_prefix: str, default_delay: float, *, web_root: Path
+    ) -> dict[str, Any]:
+        from enrich_crawl.testing.web import read_log
+
+        entries = select_requests(
+            read_log(self.web.log_path),
+            ua_prefix=ua_prefix,
+            t0=metrics.started_at - 1,
+            t1=metrics.ended_at + 1,
+        )
+        stats = request_stats(entries, HostRules(web_root, self.hosts), default_delay=default_delay)
+        stats["_entries"] = entries  # dropped before the report is written
+        return stats
+
+    # -- baselines -------------------------------------------------------------------------------------
+
+    def baselines(self) -> list[SystemResult]:
+        gen, cfg, procs = self.gen, self.cfg, self.cfg.processes
+        common = ["--spec", str(gen.spec), "--mappings", str(gen.mappings), "--shards", str(procs)]
+        common += ["--proxy", self.web.proxy_url]
+        out_dir = self.work / "baselines"
+        seed_args = ["--ca", str(self.web.ca_path), "--budget", str(cfg.baseline_budget)]
+        bfs_args = ["--budget", str(cfg.bfs_budget if cfg.bfs_records else cfg.baseline_budget)]
+        bfs_args += ["--max-records", str(cfg.bfs_records)]
+        systems = {
+            "seed_baseline": ("bench.e2e.baseline_seed", SEED_UA, seed_args),
+            "bfs_baseline": ("bench.e2e.baseline_bfs", BFS_UA, bfs_args),
+        }
+        if "seed" in cfg.skip:
+            systems.pop("seed_baseline")
+        if "bfs" in cfg.skip:
+            systems.pop("bfs_baseline")
+        env = {
+            k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")
+        }
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        env["PYTHONWARNINGS"] = "ignore"
+
+        def jobs(name: str) -> list[tuple[str, list[str]]]:
+            module, _ua, extra = systems[name]
+            return [
+                (
+                    f"{name}-{i}",
+                    [
+                        sys.executable,
+                        "-m",
+                        module,
+                        *common,
+                        "--shard",
+                        str(i),
+                        "--out",
+                        str(out_dir / f"{name}-{i}.jsonl"),
+                        *extra,
+                    ],
+                )
+                for i in range(procs)
+            ]
+
+        measured: dict[str, RunMetrics] = {}
+        longest = max(cfg.baseline_budget, cfg.bfs_budget if cfg.bfs_records else 0)
+        timeout = longest * 2 + 600 if longest else cfg.run_timeout
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.parallel_baselines and len(systems) > 1:
+            self.say(f"baselines (seed-style and Scrapy BFS at once), {procs} processes each ...")
+            both = run_parallel(
+                jobs("seed_baseline") + jobs("bfs_baseline"), log_dir=self.work / "logs",
+                env=env, timeout=timeout,
+            )  # fmt: skip
+            # one tree: CPU and memory are split by role (psutil samples), time is shared
+            for name, role in (
+                ("seed_baseline", "seed_baseline"),
+                ("bfs_baseline", "bfs_baseline"),
+            ):
+                m = dataclasses.replace(both, label=name)
+                m.cpu_user_s = both.cpu_by_role_s.get(role, 0.0)
+                m.cpu_sys_s = 0.0
+                m.peak_rss_max_mb = both.peak_rss_by_role_mb.get(role, 0.0)
+                m.peak_rss_total_mb = round(
+                    sum(p["peak_rss_mb"] for p in both.processes if p["role"] == role), 1
+                )
+                measured[name] = m
+        else:
+            for name in systems:
+                what = (
+                    f"{cfg.bfs_records} records per process"
+                    if name == "bfs_baseline" and cfg.bfs_records
+                    else f"budget {cfg.baseline_budget:g} s"
+                )
+                self.say(f"{name}: {procs} processes, {what} ...")
+                measured[name] = run_parallel(
+                    jobs(name), log_dir=self.work / "logs", env=env, timeout=timeout
+                )
+        truth = gen.truth()
+        import yaml
+
+        raw = yaml.safe_load(gen.spec.read_text("utf-8"))
+        types = {f: (o or {}).get("type", "string") for f, o in raw["fields"].items()}
+        out = []
+        for name, (_module, ua, _extra) in systems.items():
+            metrics = measured[name]
+            results = read_results([out_dir / f"{name}-{i}.jsonl" for i in range(procs)])
+            log = self._log_stats(metrics, ua.split(" ")[0], 1.0, web_root=gen.web)
+            acc = accuracy(
+                truth,
+                {rid: row["fields"] for rid, row in results.items()},
+                types,
+                attempted=set(results),
+            )
+            stats = [_last_json(self.work / "logs" / f"{name}-{i}.stdout") for i in range(procs)]
+            result = SystemResult(
+                name,
+                metrics.to_dict(),
+                log,
+                acc,
+                extra={
+                    "processes": procs,
+                    "budget_s": cfg.baseline_budget
+                    if name == "seed_baseline" or not cfg.bfs_records
+                    else cfg.bfs_budget,
+                    "max_records_per_process": cfg.bfs_records if name == "bfs_baseline" else 0,
+                    "records_total": sum(s.get("records_total", 0) for s in stats),
+                    "budget_hit": any(s.get("budget_hit") for s in stats),
+                    "pages_per_record_done": round(
+                        sum(r.get("pages", 0) for r in results.values()) / len(results), 1
+                    )
+                    if results
+                    else None,
+                },
+            )
+            self._say_row(result)
+            out.append(result)
+        return out
+
+    # -- CPU floor -------------------------------------------------------------------------------------
+
+    def floor(self, product: SystemResult) -> SystemResult:
+        entries = product.log["_entries"]
+        procs = self.cfg.processes
+        url_files = []
+        for i in range(procs):
+            urls = [
+                f"{'https' if e.get('tls') else 'http'}://{e['host']}{e['path']}"
+                for n, e in enumerate(entries)
+                if n % procs == i
+            ]
+            path = self.work / "floor" / f"urls-{i}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(urls) + "\n", encoding="utf-8")
+            url_files.append(path)
+        env = {
+            k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")
+        }
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        env["PYTHONWARNINGS"] = "ignore"
+        jobs = [
+            (
+                f"floor-{i}",
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.e2e.floor",
+                    "--urls",
+                    str(path),
+                    "--proxy",
+                    self.web.proxy_url,
+                ],
+            )
+            for i, path in enumerate(url_files)
+        ]
+        self.say(f"CPU floor: {len(entries)} requests of the product, {procs} processes ...")
+        metrics = run_parallel(
+            jobs, log_dir=self.work / "logs", env=env, timeout=self.cfg.run_timeout
+        )
+        log = self._log_stats(metrics, FLOOR_UA.split(" ")[0], 0.0, web_root=self.gen.web)
+        # per page of the product (robots.txt requests are refetched too, as the product made them)
+        log = {**log, "pages": product.log["pages"], "violations": None}
+        result = SystemResult(
+            "cpu_floor", metrics.to_dict(), log, {}, extra={"requests": len(entries)}
+        )
+        self._say_row(result)
+        return result
+
+    # -- RSS flatness ----------------------------------------------------------------------------------
+
+    def rss_check(self, product: SystemResult) -> dict[str, Any]:
+        truth = self.gen.truth()
+        small = sorted(truth)[: self.cfg.rss_small_records]
+        spec = gen_mod.subset(self.gen, "rss", small)
+        result = self.product(spec, spec.parent / "mappings", self.cfg.processes, "product_rss")
+        big = product.metrics.get("peak_rss_by_role_mb", {}).get("crawl_worker")
+        little = result.metrics.get("peak_rss_by_role_mb", {}).get("crawl_worker")
+        return {
+            "records_small": len(small),
+            "records_large": product.accuracy.get("records"),
+            "processes": self.cfg.processes,
+            "crawl_worker_peak_rss_mb_small": little,
+            "crawl_worker_peak_rss_mb_large": big,
+            "ratio": round(big / little, 3) if big and little else None,
+            "run": result.row(),
+        }
+
+    # -- scaling ---------------------------------------------------------------------------------------
+
+    def scaling(self) -> dict[str, Any]:
+        from enrich_crawl.testing.web import running_web
+
+        truth = self.gen.truth()
+        ids = sorted(truth)
+        out: dict[str, Any] = {}
+        cpu_ids = ids[: self.cfg.scaling_cpu_records]
+        cpu_spec = gen_mod.subset(self.gen, "cpu", cpu_ids, crawl={"default_delay": 0.0})
+        by_host: dict[str, list[str]] = {}
+        for rid, row in truth.items():
+            if len(row["hosts"]) == 1:
+                by_host.setdefault(row["hosts"][0], []).append(rid)
+        top = sorted(by_host, key=lambda h: -len(by_host[h]))[: self.cfg.scaling_politeness_hosts]
+        per_host = max(1, self.cfg.scaling_politeness_records // max(1, len(top)))
+        pol_ids = [rid for h in top for rid in sorted(by_host[h])[:per_host]]
+        pol_spec = gen_mod.subset(self.gen, "politeness", pol_ids)
+        nodelay = gen_mod.web_without_delays(self.gen)
+        for case, spec, web_root in (
+            ("cpu_bound", cpu_spec, nodelay),
+            ("politeness_bound", pol_spec, self.gen.web),
+        ):
+            series = []
+            with running_web(web_root, log_path=self.work / f"requests-{case}.jsonl") as web:
+                saved = self.web
+                self.web, self._override_web_root = web, web_root
+                try:
+                    for shards in self.cfg.scaling:
+                        label = f"scaling_{case}_{shards}"
+                        res = self.product(spec, spec.parent / "mappings", shards, label)
+                        log = res.log
+                        window = log.get("crawl_window_s") or 0
+                        series.append(
+                            {
+                                "partitions": shards,
+                                "ok": res.metrics.get("returncode") == 0,
+                                **res.row(),
+                                "crawl_window_s": window,
+                                "crawl_pages_per_s": round(log["pages"] / window, 2)
+                                if window
+                                else None,
+                                "politeness_bound_s": log.get("politeness_bound_s"),
+                                "politeness_efficiency": log.get("politeness_efficiency"),
+                                "cpu_by_role_s": res.metrics.get("cpu_by_role_s"),
+                            }
+                        )
+                finally:
+                    self.web, self._override_web_root = saved, None
+            out[case] = {
+                "records": len(spec.parent.joinpath("truth.jsonl").read_text().splitlines()),
+                "hosts": len(top) if case == "politeness_bound" else None,
+                "series": series,
+            }
+        return out
+
+    # -- verdicts --------------------------------------------------------------------------------------
+
+    def checks(self) -> dict[str, Any]:
+        return checks(self.systems, self.results)
+
+    def _say_row(self, result: SystemResult) -> None:
+        row = result.row()
+        self.say(
+            f"{row['system']}: {row['records']} records, {row['resolved']} resolved, "
+            f"{row['pages']} pages in {row['wall_s']:.0f} s, {row['resolved_per_hour']} resolved/h, "
+            f"cpu {row['cpu_ms_per_page']} ms/page, violations {row['violations']}, "
+            f"accuracy {row['accuracy']}"
+        )
+
+
+def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, Any]:
+    """The verdicts of issue #9's "Must show" list, from the figures of one run."""
+    rows = {s.name: s.row() for s in systems}
+    product, seed, bfs, floor = (
+        rows.get("product"),
+        rows.get("seed_baseline"),
+        rows.get("bfs_baseline"),
+        rows.get("cpu_floor"),
+    )
+    verdicts: dict[str, Any] = {}
+
+    def check(name: str, value: Any, target: str, ok: bool | None) -> None:
+        verdicts[name] = {"value": value, "target": target, "ok": ok}
+
+    if product:
+        check("accuracy", product["accuracy"], ">= 0.98", _ge(product["accuracy"], 0.98))
+        check("politeness_violations", product["violations"], "== 0", product["violations"] == 0)
+    # a baseline that resolved fewer than MIN_SAMPLE records in its budget gives no rate
+    if product and seed:
+        ratio = _ratio(product["resolved_per_hour"], seed["resolved_per_hour"])
+        enough = seed["resolved"] >= MIN_SAMPLE
+        check(
+            "resolved_per_hour_vs_seed",
+            ratio,
+            ">= 10" + ("" if enough else f" (seed resolved < {MIN_SAMPLE}: no verdict)"),
+            _ge(ratio, 10) if enough else None,
+        )
+    if product and bfs:
+        ratio = _ratio(product["pages_per_resolved"], bfs["pages_per_resolved"])
+        enough = bfs["resolved"] >= MIN_SAMPLE
+        check(
+            "pages_per_resolved_vs_bfs",
+            ratio,
+            "<= 0.5" + ("" if enough else f" (BFS resolved < {MIN_SAMPLE}: no verdict)"),
+            (ratio <= 0.5 if ratio is not None else None) if enough else None,
+        )
+    if product and floor:
+        ratio = _ratio(product["cpu_ms_per_page"], floor["cpu_ms_per_page"])
+        check("cpu_per_page_vs_floor", ratio, "<= 1.3", None if ratio is None else ratio <= 1.3)
+        worker_cpu = (
+            next(s for s in systems if s.name == "product")
+            .metrics.get("cpu_by_role_s", {})
+            .get("crawl_worker")
+        )
+        if worker_cpu and product["pages"]:
+            ms = worker_cpu / product["pages"] * 1000
+            check(
+                "crawl_worker_cpu_per_page_vs_floor",
+                _ratio(ms, floor["cpu_ms_per_page"]),
+                "(information)",
+                None,
+            )
+    scaling = results.get("scaling", {}).get("politeness_bound", {}).get("series", [])
+    effs = [p["politeness_efficiency"] for p in scaling if p.get("politeness_efficiency")]
+    if effs:
+        check("politeness_efficiency_best", max(effs), ">= 0.8", max(effs) >= 0.8)
+    rss = results.get("rss_check")
+    if rss and rss.get("ratio"):
+        check("crawl_worker_rss_large_over_small", rss["ratio"], "<= 1.2", rss["ratio"] <= 1.2)
+    return verdicts
+
+
+# --------------------------------------------------------------------------------------------------
+# report
+
+
+def rerender(json_path: Path) -> dict[str, Path]:
+    """Write the .md (and the plot) of a results JSON again, with the current verdict rules."""
+    results = json.loads(Path(json_path).read_text("utf-8"))
+    systems = [SystemResult(**s) for s in results.get("systems", [])]
+    results["checks"] = checks(systems, results)
+    cfg = SuiteConfig(quick=bool(results.get("config", {}).get("quick")))
+    cfg.results_dir = Path(json_path).parent
+    return write_report(results, cfg, stamp=Path(json_path).stem)
+
+
+def write_report(
+    results: dict[str, Any], cfg: SuiteConfig, *, stamp: str | None = None
+) -> dict[str, Path]:
+    for system in results.get("systems", []):
+        system["log"].pop("_entries", None)
+    cfg.results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = stamp or dt.date.today().isoformat() + ("-quick" if cfg.quick else "")
+    paths = {
+        "json": cfg.results_dir / f"{stamp}.json",
+        "md": cfg.results_dir / f"{stamp}.md",
+    }
+    if results.get("scaling"):
+        paths["png"] = cfg.results_dir / f"{stamp}-scaling.png"
+        plot_scaling(results["scaling"], paths["png"])
+    paths["json"].write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
+    paths["md"].write_text(markdown(results, paths), encoding="utf-8")
+    return paths
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
+    data = results.get("dataset", {})
+    cfg = results.get("config", {})
+    lines = [
+        f"# End-to-end benchmark ({dt.date.today().isoformat()}{', quick' if cfg.get('quick') else ''})",
+        "",
+        f"Web: {data.get('hosts')} hosts ({data.get('hosts_by_kind')}), dataset: "
+        f"{data.get('records')} records, {data.get('missing_fields')} missing fields, "
+        f"{data.get('findable_fields')} findable (by depth {data.get('findable_by_depth')}), "
+        f"{data.get('resolvable_records')} resolvable records. Processes: {cfg.get('processes')}. "
+        f"Seed-style baseline time-budgeted to {cfg.get('baseline_budget')} s; Scrapy BFS "
+        + (
+            f"on {cfg.get('bfs_records')} records per process, crawled to the end"
+            if cfg.get("bfs_records")
+            else f"time-budgeted to {cfg.get('baseline_budget')} s"
+        )
+        + f" ({'run at the same time' if cfg.get('parallel_baselines') else 'one after the other'}).",
+        "",
+        "| system | records | resolved | resolved/h | pages | pages/s | pages/resolved | CPU s "
+        "| CPU ms/page | peak RSS/process MB | peak RSS total MB | violations | accuracy | precision |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in results.get("table", []):
+        lines.append(
+            f"| {row['system']} | {_fmt(row['records'])} | {_fmt(row['resolved'])} "
+            f"| {_fmt(row['resolved_per_hour'])} | {_fmt(row['pages'])} | {_fmt(row['pages_per_s'], 2)} "
+            f"| {_fmt(row['pages_per_resolved'], 2)} | {_fmt(row['cpu_s'])} "
+            f"| {_fmt(row['cpu_ms_per_page'], 2)} | {_fmt(row['peak_rss_process_mb'])} "
+            f"| {_fmt(row['peak_rss_total_mb'])} | {_fmt(row['violations'])} "
+            f"| {_fmt(row['accuracy'], 4)} | {_fmt(row['precision'], 4)} |"
+        )
+    lines += [
+        "",
+        "records: records attempted (the baselines stop at their budget); resolved: every findable "
+        "missing field correct; CPU: user+sys of the whole process tree; cpu_floor: the product's "
+        "requests fetched again by a bare Scrapy spider parsing each page once with lxml, per page of "
+        "the product.",
+        "",
+    ]
+    violations = [
+        (s["name"], s["log"].get("violations_by_kind"))
+        for s in results.get("systems", [])
+        if s["log"].get("violations_by_kind") and s["name"] != "cpu_floor"
+    ]
+    if violations:
+        lines += ["Politeness violations by kind:", ""]
+        lines += [f"- {name}: {kinds}" for name, kinds in violations]
+        lines.append("")
+    checks = results.get("checks", {})
+    if checks:
+        lines += ["| check (issue #9) | value | target | ok |", "|---|---:|---|---|"]
+        for name, c in checks.items():
+            ok = {True: "yes", False: "**no**", None: "-"}[c["ok"]]
+            lines.append(f"| {name} | {_fmt(c['value'], 3)} | {c['target']} | {ok} |")
+        lines.append("")
+    for case, block in (results.get("scaling") or {}).items():
+        lines += [
+            f"Scaling, {case.replace('_', '-')} ({block['records']} records"
+            + (f" on {block['hosts']} hosts" if block.get("hosts") else "")
+            + "):",
+            "",
+            "| partitions | wall s | crawl pages/s | resolved/h | CPU ms/page | peak RSS total MB "
+            "| politeness efficiency | violations | run ok |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for p in block["series"]:
+            lines.append(
+                f"| {p['partitions']} | {_fmt(p['wall_s'])} | {_fmt(p['crawl_pages_per_s'], 2)} "
+                f"| {_fmt(p['resolved_per_hour'])} | {_fmt(p['cpu_ms_per_page'], 2)} "
+                f"| {_fmt(p['peak_rss_total_mb'])} | {_fmt(p['politeness_efficiency'], 3)} "
+                f"| {_fmt(p['violations'])} | {'yes' if p.get('ok', True) else '**failed**'} |"
+            )
+        lines.append("")
+    if "png" in paths:
+        lines += [f"![scaling]({paths['png'].name})", ""]
+    rss = results.get("rss_check")
+    if rss:
+        lines += [
+            f"RSS check: crawl worker peak {_fmt(rss['crawl_worker_peak_rss_mb_small'])} MB at "
+            f"{rss['records_small']} records vs {_fmt(rss['crawl_worker_peak_rss_mb_large'])} MB at "
+            f"{rss['records_large']} records ({rss['processes']} processes): ratio "
+            f"{_fmt(rss['ratio'], 3)}.",
+            "",
+        ]
+    notes = data.get("notes") or []
+    if notes:
+        lines += ["Notes:", "", *[f"- {n}" for n in notes], ""]
+    lines += [
+        f"Reproduce: `python -m bench e2e --seed {cfg.get('seed')} --hosts {cfg.get('hosts')} "
+        f"--records {cfg.get('records')} --processes {cfg.get('processes')}"
+        + (" --quick" if cfg.get("quick") else "")
+        + f"` ({results.get('seconds')} s).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_scaling(scaling: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ticks: set[int] = set()
+    for case, block in scaling.items():
+        points = [p for p in block["series"] if p.get("ok", True)]  # failed runs: no point
+        xs = [p["partitions"] for p in points]
+        ticks.update(xs)
+        pages = [p["crawl_pages_per_s"] or 0 for p in points]
+        resolved = [p["resolved_per_hour"] or 0 for p in points]
+        (line,) = left.plot(xs, pages, marker="o", label=case.replace("_", "-"))
+        right.plot(xs, resolved, marker="o", label=case.replace("_", "-"), color=line.get_color())
+        if case == "politeness_bound":
+            ceiling = [
+                (p["pages"] / p["politeness_bound_s"]) if p.get("politeness_bound_s") else None
+                for p in points
+            ]
+            if any(ceiling):
+                left.plot(
+                    xs,
+                    [c or 0 for c in ceiling],
+                    linestyle="--",
+                    color=line.get_color(),
+                    label="politeness ceiling",
+                )
+    for axis, title in ((left, "crawl pages/s"), (right, "records resolved per hour")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+        axis.set_ylim(bottom=0)
+        axis.set_xlabel("partitions (crawl processes), 2 cores")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _ge(value: Any, floor: float) -> bool | None:
+    return None if value is None else value >= floor
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if a is None or not b:
+        return None
+    return round(a / b, 3)
+
+
+def _tail(path: str, lines: int) -> str:
+    try:
+        return "\n".join(Path(path).read_text("utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _last_json(path: Path) -> dict[str, Any]:
+    try:
+        for line in reversed(path.read_text("utf-8").splitlines()):
+            if line.startswith("{"):
+                return json.loads(line)
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

@@ -1,0 +1,427 @@
+"""The `enrich-crawl` console script (SPEC section 4).
+
+enrich-crawl demo                                   the main job on the bundled demo
+enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
+enrich-crawl mapping check [DIR]
+enrich-crawl mapping test MAPPING --url URL | --file PAGE --base-url URL [--fragment F]
+enrich-crawl mongo status|stop                      the embedded MongoDB of this instance
+enrich-crawl export --dataset SPEC.yaml [--out FILE] [--format F] [--lineage] [--status S ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(f"enrich-crawl: {message}\n")
+
+
+# -- run / demo ------------------------------------------------------------------------------------
+
+
+def _run(
+    spec_path: Path, mappings: Path | None, *, demo: bool = False, verbose: bool = False
+) -> int:
+    from enrich_crawl import config
+    from enrich_crawl.dataset.spec import SpecError, load_spec
+    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
+    from enrich_crawl.runner import (
+        collection_status,
+        ensure_dagster_home,
+        print_summary,
+        run_enrich_job,
+    )
+
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        _err(str(exc))
+        return 2
+    mappings_dir = mappings or config.mappings_dir()
+    try:
+        MappingSet.load(mappings_dir)
+    except MappingLoadError as exc:
+        _err(
+            f"{exc}\n(fix the mappings, or check them with: enrich-crawl mapping check "
+            f"{mappings_dir})"
+        )
+        return 2
+    home = ensure_dagster_home()
+    sys.stderr.write(
+        f"enrich_job: dataset {spec.name} ({spec.path}), mappings {mappings_dir}, instance {home}\n"
+    )
+    outcome = run_enrich_job(spec.path, mappings_dir, stream=sys.stderr, verbose=verbose)
+
+    status: dict[str, int] | None = None
+    results = None
+    try:
+        from enrich_crawl.defs.resources import MongoResource
+        from enrich_crawl.store.mongo import redact_uri
+
+        mongo = MongoResource()
+        uri = mongo.effective_uri()
+        status = collection_status(uri, mongo.database_name(), spec.name)
+        results = f"{redact_uri(uri)}  database {mongo.database_name()}, collection {spec.name}" + (
+            ""
+            if os.environ.get("MONGODB_URI")
+            else "  (embedded server; stop it with: enrich-crawl mongo stop)"
+        )
+    except Exception as exc:  # the summary still prints what it can
+        results = f"MongoDB not reachable: {exc}"
+    print_summary(outcome, sys.stdout, status=status, results=results)
+    if demo and outcome.success:
+        sys.stdout.write(
+            "  try              enrich-crawl mapping test mappings/demo_directory.json --url "
+            "http://directory.example/orgs.html#org-ORG-012 (needs the demo web: see README)\n"
+        )
+    return 0 if outcome.success else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from enrich_crawl.demo import DEMO_SPEC
+
+    return _run(
+        DEMO_SPEC, Path(args.mappings) if args.mappings else None, demo=True, verbose=args.verbose
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _run(
+        Path(args.dataset), Path(args.mappings) if args.mappings else None, verbose=args.verbose
+    )
+
+
+# -- mappings ------------------------------------------------------------------------------------
+
+
+def cmd_mapping_check(args: argparse.Namespace) -> int:
+    """Validate a folder (or one file) of mappings: every problem as FILE: $.path: reason."""
+    from enrich_crawl import config
+    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
+
+    target = Path(args.dir) if args.dir else config.mappings_dir()
+    try:
+        mappings = MappingSet.load(target, strict=False)
+    except MappingLoadError as exc:  # the folder itself is missing
+        for error in exc.errors:
+            sys.stderr.write(f"error: {error}\n")
+        return 2
+    if args.json:
+        report = {
+            "path": str(target),
+            "valid": [
+                {
+                    "name": m.name,
+                    "file": str(m.path),
+                    "fields": m.field_names,
+                    "url_parsers": len(m.url_parsers),
+                    "render": m.render,
+                    "priority": m.priority,
+                }
+                for m in mappings
+            ],
+            "errors": mappings.errors,
+        }
+        sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    else:
+        for mapping in mappings:
+            sys.stdout.write(
+                f"ok  {mapping.name:<28} {mapping.path.name if mapping.path else ''}  "
+                f"fields: {', '.join(mapping.field_names) or '-'}; url_parsers: "
+                f"{len(mapping.url_parsers)}; render: {mapping.render}; "
+                f"priority: {mapping.priority}\n"
+            )
+        for error in mappings.errors:
+            sys.stderr.write(f"error: {error}\n")
+    bad_files = len({error.split(": $", 1)[0] for error in mappings.errors})
+    if mappings.errors:
+        sys.stderr.write(
+            f"{bad_files} invalid mapping file(s) ({len(mappings.errors)} problem(s)), "
+            f"{len(mappings)} valid, in {target}\n"
+        )
+        return 1
+    if not len(mappings):
+        sys.stderr.write(f"no mappings (*.json) in {target}\n")
+        return 1
+    if not args.json:
+        sys.stdout.write(f"{len(mappings)} valid mapping(s) in {target}\n")
+    return 0
+
+
+MAX_FETCH_BYTES = 20 * 1024 * 1024
+
+
+def _fetch(url: str) -> tuple[str, bytes, str | None, int]:
+    """GET url (honours http_proxy/https_proxy, follows redirects); returns (final url, body,
+    content type, status). HTTP error pages are returned too: their status says what happened."""
+    import urllib.error
+    import urllib.request
+
+    from enrich_crawl import config
+
+    request = urllib.request.Request(
+        url,
+        headers={
+            "User-Agent": config.user_agent(),
+            "Accept": "text/html,application/xhtml+xml,application/json;q=0.9,*/*;q=0.8",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read(MAX_FETCH_BYTES)
+            return response.geturl(), body, response.headers.get("Content-Type"), response.status
+    except urllib.error.HTTPError as exc:
+        return (
+            exc.geturl() or url,
+            exc.read(MAX_FETCH_BYTES),
+            exc.headers.get("Content-Type"),
+            exc.code,
+        )
+
+
+def _guess_content_type(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".jsonld"):
+        return "application/json"
+    if suffix in (".xml", ".rss", ".atom"):
+        return "application/xml"
+    if suffix in (".txt",):
+        return "text/plain"
+    return "text/html"
+
+
+def cmd_mapping_test(args: argparse.Namespace) -> int:
+    """Run mappings on one page and print {"mappings", "fields", "links"} (SPEC section 4)."""
+    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet, try_mappings
+    from enrich_crawl.extract.page import Page
+    from enrich_crawl.urls import fragment_of, without_fragment
+
+    target = Path(args.mapping)
+    try:
+        candidates = list(MappingSet.load(target))
+    except MappingLoadError as exc:
+        _err(str(exc))
+        return 2
+    if args.url:
+        url = args.url
+        if "://" not in url:
+            _err(f"{url}: not an absolute URL (e.g. https://example.org/page.html)")
+            return 2
+        try:
+            final, body, ctype, status = _fetch(without_fragment(url))
+        except (OSError, ValueError) as exc:
+            _err(f"{url}: cannot fetch: {getattr(exc, 'reason', None) or exc}")
+            return 2
+        if final != without_fragment(url):
+            sys.stderr.write(f"note: redirected to {final}\n")
+        if status >= 400:
+            sys.stderr.write(f"note: {final} answered HTTP {status}\n")
+    else:
+        if not args.base_url:
+            _err("--file needs --base-url (the URL the page was fetched from)")
+            return 2
+        path = Path(args.file)
+        try:
+            body = path.read_bytes()
+        except OSError as exc:
+            _err(f"{path}: cannot read: {exc.strerror or exc}")
+            return 2
+        url = args.base_url
+        final, status = without_fragment(url), 200
+        ctype = args.content_type or _guess_content_type(path)
+    fragment = args.fragment if args.fragment is not None else fragment_of(url)
+    field_types: dict[str, str] = {}
+    if args.dataset:
+        from enrich_crawl.dataset.spec import SpecError, load_spec
+
+        try:
+            field_types = load_spec(args.dataset).field_types()
+        except SpecError as exc:
+            _err(str(exc))
+            return 2
+    page = Page(final, body, content_type=ctype, status=status)
+    output, errors = try_mappings(
+        candidates,
+        page,
+        fragment=fragment,
+        record_id=args.id or "",
+        field_types=field_types,
+        force=args.force,
+    )
+    for error in errors:
+        sys.stderr.write(f"error: {error}\n")
+    if not output["mappings"]:
+        match_url = final + (f"#{fragment}" if fragment else "")
+        sys.stderr.write(
+            f"note: no mapping's url_patterns match {match_url} (--force runs them anyway)\n"
+        )
+    sys.stdout.write(json.dumps(output, ensure_ascii=False, indent=2, default=str) + "\n")
+    return 0
+
+
+# -- embedded mongo --------------------------------------------------------------------------------
+
+
+def cmd_mongo(args: argparse.Namespace) -> int:
+    from enrich_crawl import config
+    from enrich_crawl.runner import ensure_dagster_home
+    from enrich_crawl.store.embedded import embedded_mongo_status, stop_embedded_mongo
+
+    ensure_dagster_home()
+    data_dir = config.work_dir() / "mongo"
+    if args.action == "stop":
+        stopped = stop_embedded_mongo(data_dir)
+        sys.stdout.write(("stopped" if stopped else "not running") + f" ({data_dir})\n")
+        return 0
+    status = embedded_mongo_status(data_dir)
+    sys.stdout.write(
+        json.dumps(status or {"running": False, "data_dir": str(data_dir)}, indent=2, default=str)
+        + "\n"
+    )
+    return 0
+
+
+# -- export --------------------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """The enriched dataset from MongoDB back to CSV/TSV/Parquet/JSON lines."""
+    from pymongo.errors import PyMongoError
+
+    from enrich_crawl.dataset.spec import SpecError, load_spec
+    from enrich_crawl.defs.resources import MongoResource
+    from enrich_crawl.export import ExportError, export_dataset, export_format
+    from enrich_crawl.runner import ensure_dagster_home
+
+    try:
+        spec = load_spec(args.dataset)
+    except SpecError as exc:
+        _err(str(exc))
+        return 2
+    out = Path(args.out) if args.out else Path(f"{spec.name}.enriched.{args.format or 'csv'}")
+    try:
+        fmt = export_format(out, args.format)
+    except ExportError as exc:
+        _err(str(exc))
+        return 2
+    ensure_dagster_home()  # the embedded server (MONGODB_URI unset) lives in the instance's home
+    mongo = MongoResource(database=args.db) if args.db else MongoResource()
+    where = f"{mongo.display_uri()} database {mongo.database_name()} collection {spec.name}"
+    client = mongo.client()
+    try:
+        collection = client[mongo.database_name()][spec.name]
+        if collection.find_one({}, {"_id": 1}) is None:
+            _err(f"no results in {where}: run the job first (enrich-crawl run --dataset ...)")
+            return 1
+        result = export_dataset(
+            collection,
+            out,
+            field_types=spec.field_types(),
+            fmt=fmt,
+            lineage=args.lineage,
+            statuses=args.status or None,
+        )
+    except PyMongoError as exc:
+        reason = str(exc).split(", Timeout:")[0].split("\n")[0]
+        _err(f"MongoDB not reachable ({where}): {mongo.scrub(reason)}")
+        return 1
+    except (ExportError, OSError) as exc:
+        _err(str(exc))
+        return 1
+    finally:
+        client.close()
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(result.status.items()))
+    sys.stdout.write(
+        f"wrote {result.rows} records ({counts}), {len(result.columns)} columns, "
+        f"{result.format}, to {result.path}\n"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="enrich-crawl",
+        description="Fill the gaps of a dirty dataset from the web, politely, with lineage.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the main job on the bundled demo dataset and demo web")
+    demo.add_argument("--mappings", help="mappings folder (default: ENRICH_MAPPINGS or mappings/)")
+    demo.add_argument("-v", "--verbose", action="store_true", help="show Dagster and crawl logs")
+    demo.set_defaults(func=cmd_demo)
+
+    run = sub.add_parser("run", help="run the whole job for one dataset, via Dagster")
+    run.add_argument("--dataset", required=True, help="dataset spec YAML")
+    run.add_argument("--mappings", help="mappings folder (default: ENRICH_MAPPINGS or mappings/)")
+    run.add_argument("-v", "--verbose", action="store_true", help="show Dagster and crawl logs")
+    run.set_defaults(func=cmd_run)
+
+    mapping = sub.add_parser("mapping", help="check or try mappings")
+    msub = mapping.add_subparsers(dest="mapping_command", required=True)
+    check = msub.add_parser("check", help="validate mappings; non-zero exit if any is invalid")
+    check.add_argument(
+        "dir", nargs="?", help="mappings folder or one mapping file (default: mappings/)"
+    )
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(func=cmd_mapping_check)
+    test = msub.add_parser("test", help="print the fields and links a mapping extracts, as JSON")
+    test.add_argument("mapping", help="mapping JSON file (or a folder: every mapping that matches)")
+    source = test.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="fetch this URL (honours http_proxy, follows redirects)")
+    source.add_argument("--file", help="a saved page")
+    test.add_argument("--base-url", help="the URL the --file page was fetched from")
+    test.add_argument("--fragment", help="value of $fragment (default: the URL's fragment)")
+    test.add_argument("--id", help="value of $id")
+    test.add_argument("--content-type", help="Content-Type of the --file page")
+    test.add_argument("--dataset", help="dataset spec, to type the fields like a crawl does")
+    test.add_argument("--force", action="store_true", help="run even if url_patterns do not match")
+    test.set_defaults(func=cmd_mapping_test)
+
+    mongo = sub.add_parser(
+        "mongo", help="the embedded MongoDB server (used when MONGODB_URI is unset)"
+    )
+    mongo.add_argument("action", choices=["status", "stop"])
+    mongo.set_defaults(func=cmd_mongo)
+
+    export = sub.add_parser(
+        "export", help="the enriched dataset from MongoDB back to CSV/TSV/Parquet/JSON lines"
+    )
+    export.add_argument("--dataset", required=True, help="dataset spec YAML (names the collection)")
+    export.add_argument(
+        "--out", help="output file (default: <name>.enriched.<format> in the current folder)"
+    )
+    export.add_argument(
+        "--format", choices=["csv", "tsv", "parquet", "jsonl"], help="default: from --out, or csv"
+    )
+    export.add_argument(
+        "--lineage",
+        action="store_true",
+        help="add _status, _missing, _updated_at and <field>__<lineage key> columns",
+    )
+    export.add_argument(
+        "--status",
+        action="append",
+        choices=["resolved", "partial", "unresolved"],
+        help="only records with this status (repeatable)",
+    )
+    export.add_argument("--db", help="database (default: MONGODB_DB or enrich_crawl)")
+    export.set_defaults(func=cmd_export)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

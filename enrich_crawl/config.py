@@ -1,0 +1,242 @@
+"""Every environment variable and crawl default of enrich_crawl, parsed in one place.
+
+SPEC section 5 lists the public variables; the crawl defaults can be overridden per dataset
+(`crawl:` in the dataset spec). Nothing here imports Dagster or Scrapy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent
+
+DEFAULT_USER_AGENT = (
+    "enrich_crawl/0.1 (+https://github.com/enrich-crawl/enrich_crawl/blob/main/docs/CRAWLER.md)"
+)
+DEFAULT_DB = "enrich_crawl"
+DEFAULT_CHROMIUM = "/usr/bin/chromium"
+DEFAULT_SHARDS = 8
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def user_agent() -> str:
+    """The crawler identity (ENRICH_USER_AGENT); it must carry a URL explaining the crawler."""
+    ua = os.environ.get("ENRICH_USER_AGENT", "").strip()
+    if not ua:
+        return DEFAULT_USER_AGENT
+    if "http://" not in ua and "https://" not in ua:
+        raise ValueError(
+            f"ENRICH_USER_AGENT={ua!r} must carry a URL that explains the crawler "
+            "(e.g. 'mybot/1.0 (+https://example.org/bot.html)')"
+        )
+    return ua
+
+
+def allow_private() -> bool:
+    return env_flag("ENRICH_ALLOW_PRIVATE")
+
+
+def chromium_path() -> str:
+    return os.environ.get("ENRICH_CHROMIUM") or DEFAULT_CHROMIUM
+
+
+def http_proxy() -> str | None:
+    return os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY") or None
+
+
+def https_proxy() -> str | None:
+    return os.environ.get("https_proxy") or os.environ.get("HTTPS_PROXY") or http_proxy()
+
+
+def shard_count() -> int:
+    raw = os.environ.get("ENRICH_SHARDS", "").strip()
+    if not raw:
+        return DEFAULT_SHARDS
+    try:
+        count = int(raw)
+    except ValueError as exc:
+        raise ValueError(f"ENRICH_SHARDS={raw!r} is not an integer") from exc
+    if not 1 <= count <= 4096:
+        raise ValueError(f"ENRICH_SHARDS={count} must be between 1 and 4096")
+    return count
+
+
+def mappings_dir() -> Path:
+    """ENRICH_MAPPINGS, else ./mappings when it exists, else the mappings bundled with the repo."""
+    raw = os.environ.get("ENRICH_MAPPINGS")
+    if raw:
+        return Path(raw).expanduser().resolve()
+    local = Path.cwd() / "mappings"
+    if local.is_dir():
+        return local.resolve()
+    return REPO_DIR / "mappings"
+
+
+def default_dataset_spec() -> Path:
+    raw = os.environ.get("ENRICH_DATASET")
+    if raw:
+        return Path(raw).expanduser().resolve()
+    from enrich_crawl.demo import DEMO_SPEC
+
+    return DEMO_SPEC
+
+
+def dagster_home() -> Path | None:
+    raw = os.environ.get("DAGSTER_HOME")
+    return Path(raw).expanduser().resolve() if raw else None
+
+
+def work_dir() -> Path:
+    """The staging area (ENRICH_WORK_DIR, default $DAGSTER_HOME/storage/enrich_crawl)."""
+    raw = os.environ.get("ENRICH_WORK_DIR")
+    if raw:
+        return Path(raw).expanduser().resolve()
+    home = dagster_home()
+    if home is not None:
+        return home / "storage" / "enrich_crawl"
+    return Path.cwd() / ".dagster_home" / "storage" / "enrich_crawl"
+
+
+@dataclass(frozen=True)
+class CrawlConfig:
+    """Crawl defaults (SPEC section 5), overridable per dataset with its `crawl:` section.
+
+    README "Crawling and politeness" documents every key; enrich_crawl.crawl.settings turns them
+    into Scrapy settings.
+    """
+
+    depth: int = 1
+    allowed_domains: tuple[str, ...] = ()
+    # regexes on absolute URLs; a URL must match one `allow` (when any) and no `deny`
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    # follow outbound links that no url_parser selected (generic following), after parser links
+    follow_all_links: bool = False
+    # seconds between two requests to one host when robots.txt gives no Crawl-delay
+    default_delay: float = 1.0
+    max_delay: float = 60.0  # cap of any delay (a Crawl-delay of a day would stall the host)
+    autothrottle: bool = True
+    concurrent_requests: int = 128  # downloads in flight per crawl process (all hosts)
+    download_timeout: float = 30.0
+    max_page_bytes: int = 10 * 1024 * 1024
+    retries: int = 2  # transient failures only (5xx, 408, 429, timeouts, resets)
+    retry_backoff: float = 2.0  # first retry waits this long (or the host delay), then doubles
+    retry_backoff_max: float = 120.0
+    robots_ttl_hours: float = 24.0
+    # pages fetched (and record fields resolved) less than this long ago are not fetched again;
+    # 20 h: a nightly run refetches, a re-run the same day does not
+    recrawl_ttl_hours: float = 20.0
+    max_pages_per_record: int = 50
+    time_budget_seconds: float = 0.0  # 0: no budget
+    deny_domains: tuple[str, ...] = ()  # on top of the huge-sites list
+    deny_extensions: tuple[str, ...] = ()  # empty: the built-in list of binaries/documents/media
+    # skip the huge sites of enrich_crawl/data/huge_sites.txt (or `huge_sites_file`) unless a
+    # mapping claims the URL
+    huge_sites: bool = True
+    huge_sites_file: str = ""
+    render_timeout: float = 30.0
+    # one shared per-host limiter in the results database for all crawl processes
+    shared_limiter: bool = True
+    # persist pages that fed a mapping (compressed) so later runs re-extract without fetching,
+    # and revalidate them with ETag / If-Modified-Since once stale
+    store_pages: bool = True
+    max_stored_page_bytes: int = 2 * 1024 * 1024
+    # pages of this run kept in memory per crawl process; more spill to a local scratch file
+    page_cache_mb: float = 32.0
+    # `goal` (default): stop a record when its fields are found; `bfs`: plain breadth-first crawl
+    # of every link to `depth` (for comparisons only)
+    strategy: str = "goal"
+
+    @classmethod
+    def from_mapping(cls, overrides: dict[str, Any] | None, *, where: str = "crawl") -> CrawlConfig:
+        """Build from a dataset's `crawl:` section; unknown keys or bad types raise ValueError."""
+        if not overrides:
+            return cls()
+        if not isinstance(overrides, dict):
+            raise ValueError(f"{where}: must be a mapping, got {type(overrides).__name__}")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in known:
+                raise ValueError(f"{where}.{key}: unknown crawl setting (known: {sorted(known)})")
+            default = known[key].default
+            try:
+                if isinstance(default, bool):
+                    if not isinstance(value, bool):
+                        raise TypeError("expected true or false")
+                elif isinstance(default, int):
+                    if isinstance(value, bool) or int(value) != value:
+                        raise TypeError("expected an integer")
+                    value = int(value)
+                elif isinstance(default, float):
+                    if isinstance(value, bool):
+                        raise TypeError("expected a number")
+                    value = float(value)
+                elif isinstance(default, str):
+                    if not isinstance(value, str):
+                        raise TypeError("expected a string")
+                elif isinstance(default, tuple):
+                    if isinstance(value, str):
+                        value = [value]
+                    if not isinstance(value, (list, tuple)) or not all(
+                        isinstance(v, str) for v in value
+                    ):
+                        raise TypeError("expected a list of strings")
+                    value = tuple(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}.{key}: {exc} (got {value!r})") from exc
+            values[key] = value
+        config = cls(**values)
+        config.validate(where)
+        return config
+
+    def validate(self, where: str = "crawl") -> None:
+        """Raise ValueError naming the key for values that cannot work."""
+        import re
+
+        if self.depth < 0 or self.depth > 10:
+            raise ValueError(f"{where}.depth: must be between 0 and 10 (got {self.depth})")
+        for key in ("default_delay", "max_delay", "retry_backoff", "retry_backoff_max"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{where}.{key}: must be >= 0 (got {getattr(self, key)})")
+        for key in ("download_timeout", "concurrent_requests", "max_page_bytes"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{where}.{key}: must be > 0 (got {getattr(self, key)})")
+        if self.retries < 0 or self.max_pages_per_record < 1:
+            raise ValueError(f"{where}: retries must be >= 0 and max_pages_per_record >= 1")
+        if self.strategy not in ("goal", "bfs"):
+            raise ValueError(f"{where}.strategy: must be 'goal' or 'bfs' (got {self.strategy!r})")
+        for key in ("allow", "deny"):
+            for pattern in getattr(self, key):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"{where}.{key}: invalid regex {pattern!r}: {exc}") from None
+        if self.huge_sites_file and not Path(self.huge_sites_file).expanduser().is_file():
+            raise ValueError(f"{where}.huge_sites_file: no such file {self.huge_sites_file!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A snapshot of the environment a crawl worker needs (passed explicitly to subprocesses)."""
+
+    user_agent: str = field(default_factory=user_agent)
+    allow_private: bool = field(default_factory=allow_private)
+    http_proxy: str | None = field(default_factory=http_proxy)
+    https_proxy: str | None = field(default_factory=https_proxy)
+    chromium: str = field(default_factory=chromium_path)

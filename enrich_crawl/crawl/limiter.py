@@ -1,0 +1,139 @@
+"""The downloader: Scrapy's, plus the fleet-wide per-host limiter right before each send.
+
+Scrapy's downloader keeps one slot per host (one request at a time, the host's delay between sends)
+inside one process. `PoliteDownloader` adds what one process cannot know:
+
+- right before a request leaves its slot for the network (in the download handlers, after the
+  slot's delay), it takes the host in the shared limiter (`HostLimiter`, MongoDB `_crawl_hosts`),
+  waiting while another crawl process has it or answered less than the delay ago; the slot stays
+  busy meanwhile, so nothing can slip between the reservation and the send. When the answer is in,
+  the host's delay starts (in the slot and in the limiter): the spacing is measured from one
+  answer to the next send, which no event-loop lag can shorten. robots.txt fetches go through the
+  same path;
+- a request whose records are all done by then is not sent (`Refused("goal_reached")`);
+- it tells the PoliteScheduler when it is done with a request, whatever the outcome.
+
+It wraps the download handlers as a whole, so any handler (HTTP, or a browser handler added for
+JavaScript rendering) is limited the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy.core.downloader import Downloader
+from scrapy.utils.httpobj import urlparse_cached
+
+from enrich_crawl.crawl.errors import Refused
+from enrich_crawl.crawl.scheduler import PoliteScheduler
+from enrich_crawl.crawl.state import HostBusy, HostLimiter
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+
+class _LimitedHandlers:
+    """The download handlers, with the limiter around every download."""
+
+    def __init__(self, inner: Any, downloader: PoliteDownloader):
+        self._inner = inner
+        self._downloader = downloader
+        self._tuned: set[int] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _tune(self, request: Request) -> None:
+        """Twisted's connection pool silently resends a request whose reused connection failed:
+        a second request to the host at once, unseen by the delay. Switch that off; through a
+        proxy, keep as many connections to it as requests in flight."""
+        try:
+            handler = self._inner._get_handler(urlparse_cached(request).scheme)
+        except Exception:
+            return
+        if handler is None or id(handler) in self._tuned:
+            return
+        self._tuned.add(id(handler))
+        pool = getattr(handler, "_pool", None)
+        if pool is not None:
+            pool.retryAutomatically = False
+            settings = self._downloader.crawler.settings
+            if settings.get("ENRICH_PROXY"):
+                pool.maxPersistentPerHost = max(1, settings.getint("CONCURRENT_REQUESTS"))
+
+    async def download_request_async(self, request: Request) -> Response:
+        self._tune(request)
+        held = await self._downloader.before_send(request)
+        try:
+            return await self._inner.download_request_async(request)
+        finally:
+            self._downloader.after_answer(request, held)
+
+
+class PoliteDownloader(Downloader):
+    def __init__(self, crawler: Crawler):
+        super().__init__(crawler)
+        self.limiter: HostLimiter | None = None  # set by the spider once the state is open
+        self.handlers = _LimitedHandlers(self.handlers, self)  # type: ignore[assignment]
+        self.sent = 0
+        self.limiter_wait = 0.0
+
+    def fetch(self, request: Request, spider: Any = None):  # type: ignore[override]
+        deferred = super().fetch(request)
+        deferred.addBoth(self._fetched, request)
+        return deferred
+
+    def _fetched(self, result: Any, request: Request) -> Any:
+        scheduler = PoliteScheduler.of(self.crawler)
+        if scheduler is not None:
+            scheduler.release(request)
+        return result
+
+    def _slot_of(self, request: Request) -> tuple[str, Any]:
+        key = request.meta.get(self.DOWNLOAD_SLOT) or self.get_slot_key(request)
+        return key, self.slots.get(key)
+
+    async def before_send(self, request: Request) -> bool:
+        """Right before the send: drop it if nobody needs it, take the host in the shared
+        limiter (waiting for other processes); True when the limiter was taken."""
+        spider = self.crawler.spider
+        unwanted = getattr(spider, "unwanted", None)
+        if unwanted is not None and unwanted(request):
+            raise Refused("goal_reached")
+        limiter = self.limiter
+        if limiter is None or not limiter.shared:
+            self.sent += 1
+            return False
+        key, slot = self._slot_of(request)
+        delay = slot.delay if slot is not None else self._delay
+        timeout = float(request.meta.get("download_timeout") or 180.0)
+        try:
+            waited = await limiter.acquire(key, delay, timeout)
+        except HostBusy as exc:
+            raise Refused("host_busy", str(exc)) from None
+        if waited > 0:
+            self.limiter_wait += waited
+            self.crawler.stats.inc_value("enrich/limiter/waited")
+            if unwanted is not None and unwanted(request):
+                limiter.done(key, delay, keep=False)
+                raise Refused("goal_reached")
+        self.sent += 1
+        return True
+
+    def after_answer(self, request: Request, held: bool) -> None:
+        """The answer (or failure) is in: the host's delay counts from now, here and in the
+        shared limiter, so that no send-side lag can bring two requests closer than the delay."""
+        key, slot = self._slot_of(request)
+        if slot is not None:
+            slot.lastseen = time.monotonic()
+        if held and self.limiter is not None:
+            # keep the host: the answer usually brings the next request for it (links found on
+            # the page); the limiter hands it back when none comes within the delay
+            delay = slot.delay if slot is not None else self._delay
+            self.limiter.done(key, delay, keep=True)

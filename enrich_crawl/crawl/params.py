@@ -1,0 +1,44 @@
+"""The parameters of one crawl worker (one partition), passed from Dagster to the crawl process."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from enrich_crawl.config import CrawlConfig
+
+
+@dataclass
+class WorkerParams:
+    dataset: str
+    partition: str
+    seed_path: str  # seed shard Parquet file
+    out_dir: str  # crawl output folder of the partition
+    mappings_dir: str
+    field_types: dict[str, str]
+    crawl: dict[str, Any] = field(default_factory=dict)  # CrawlConfig.to_dict()
+    run_id: str = ""
+    user_agent: str = ""
+    proxy: str | None = None
+    allow_private: bool = False
+    chromium: str = "/usr/bin/chromium"
+    # overrides of enrich_crawl.crawl.render.RenderConfig (browser concurrency, contexts, ...)
+    render: dict[str, Any] = field(default_factory=dict)
+    mongo_uri: str | None = None  # crawl state (robots cache, crawled URLs); None: no persistence
+    mongo_db: str = "enrich_crawl"
+    max_active_records: int = 2000
+    progress_interval: float = 5.0
+    log_level: str = "INFO"
+
+    @property
+    def crawl_config(self) -> CrawlConfig:
+        return CrawlConfig.from_mapping(self.crawl)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerParams:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

@@ -1,0 +1,516 @@
+"""Persistent crawl state in the results database, shared by every crawl process of every run.
+
+SPEC section 5: persistent crawl state lives in the instance's storage or in the results database.
+The results database is the one store every crawl process reaches, on one machine or many, so the
+state that must be shared lives there (collections whose names start with `_`, which a dataset name
+cannot):
+
+`_crawl_hosts`   `{_id: host, next_at: epoch seconds, by}`: the fleet-wide per-host limiter (see
+                 HostLimiter).
+`_crawl_robots`  `{_id: origin, status, text, http_status, fetched_at, cause}`: robots.txt verdicts,
+                 reused for `robots_ttl_hours` (30 min for "unreachable/5xx: disallow for now").
+`_crawl_pages`   the crawled-URL store, one document per page key (canonical URL without fragment):
+                 `{_id, url (final), status, fetched_at, etag, last_modified, content_type,
+                 content_hash, useful, body, reason}`. Pages that fed a mapping keep their body
+                 (zlib, at most `max_stored_page_bytes`): a later run re-extracts them without a
+                 fetch while they are fresh (`recrawl_ttl_hours`), and revalidates them with
+                 If-None-Match / If-Modified-Since once stale (a 304 re-uses the stored body).
+                 Pages that fed nothing keep no body: while fresh, they are known to feed nothing.
+                 Permanent failures (404, 410, too large, not text, redirect loop) are remembered
+                 the same way; transient ones (5xx, timeouts, DNS) are retried by the next run.
+`_crawl_origins` `{_id: origin, stored_at}`: the origins that have pages in `_crawl_pages`, so that
+                 a crawl asks the store only about pages of origins it knows something about (one
+                 lookup per origin and run instead of one per page on a first crawl).
+
+Everything is async (pymongo's AsyncMongoClient on the reactor's asyncio loop): the crawl never
+blocks on the database. Writes are batched and flushed in the background. When the database is
+unreachable, the crawl goes on without persistence and says so in its statistics.
+
+Only plain pymongo features that nx-27017 implements are used (see DEVELOPERS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import socket
+import time
+import zlib
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from enrich_crawl.crawl.robots import RobotsRules
+
+logger = logging.getLogger(__name__)
+
+HOSTS = "_crawl_hosts"
+ROBOTS = "_crawl_robots"
+PAGES = "_crawl_pages"
+ORIGINS = "_crawl_origins"  # {_id: origin, stored_at}: origins with pages in _crawl_pages
+
+# failures worth remembering until the page is stale: asking again soon gives the same answer
+PERMANENT_FAILURES = frozenset(
+    {"http_404", "http_410", "too_large", "not_text", "redirect_loop", "invalid_url"}
+)
+FLUSH_INTERVAL = 0.5
+IDLE_GRACE = 0.5  # seconds a host is kept after its delay for a next request of this process
+FLUSH_BATCH = 200
+
+
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds from a float, a datetime or an ISO string (nx-27017 may return strings)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dt.datetime):
+        value = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value.timestamp()
+    try:
+        parsed = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+class BoundedSet:
+    """A set that forgets its oldest members beyond `limit` (memory stays flat however many hosts
+    a crawl meets; forgetting only costs a database round trip later)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._items: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: str) -> None:
+        self._items[item] = None
+        self._items.move_to_end(item)
+        if len(self._items) > self.limit:
+            self._items.popitem(last=False)
+
+    def discard(self, item: str) -> None:
+        self._items.pop(item, None)
+
+
+def compress(body: bytes) -> bytes:
+    return zlib.compress(body, 3)
+
+
+def decompress(data: bytes) -> bytes:
+    return zlib.decompress(bytes(data))
+
+
+class CrawlState:
+    """The results database as the crawl's memory across processes and runs."""
+
+    def __init__(self, uri: str, db: str, *, worker: str = "", timeout_ms: int = 10000):
+        self.uri = uri
+        self.db_name = db
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.timeout_ms = timeout_ms
+        self.client: Any = None
+        self.db: Any = None
+        self.pending: dict[str, list[Any]] = {ROBOTS: [], PAGES: [], ORIGINS: []}
+        self.origins: OrderedDict[str, bool] = OrderedDict()  # origin -> has stored pages
+        self.marked = BoundedSet(100_000)  # origins this process recorded in ORIGINS
+        self.stats: Counter[str] = Counter()
+        self.available = True
+        self._flusher: asyncio.Task | None = None
+        self._flush_lock: asyncio.Lock | None = None
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        from pymongo import AsyncMongoClient
+
+        self.client = AsyncMongoClient(
+            self.uri,
+            serverSelectionTimeoutMS=self.timeout_ms,
+            connectTimeoutMS=self.timeout_ms,
+            appname="enrich_crawl.crawl",
+        )
+        self.db = self.client[self.db_name]
+        self._flush_lock = asyncio.Lock()
+        self._flusher = asyncio.ensure_future(self._flush_loop())
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        await self.flush()
+        if self.client is not None:
+            try:
+                await self.client.close()
+            except Exception:  # closing must never fail a crawl
+                logger.debug("closing the state client failed", exc_info=True)
+            self.client = None
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self.stats[f"errors/{what}"] += 1
+        if self.available:
+            logger.warning("crawl state unavailable (%s: %s): going on without it", what, exc)
+        self.available = False
+
+    # -- batched writes --------------------------------------------------------------------------
+
+    def _queue(self, collection: str, op: Any) -> None:
+        self.pending[collection].append(op)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.debug("state flush failed", exc_info=True)
+
+    async def flush(self) -> None:
+        if self.db is None or self._flush_lock is None:
+            return
+        async with self._flush_lock:
+            for name, ops in self.pending.items():
+                while ops:
+                    batch, ops[:] = ops[:FLUSH_BATCH], ops[FLUSH_BATCH:]
+                    try:
+                        await self.db[name].bulk_write(batch, ordered=False)
+                        self.stats[f"writes/{name}"] += len(batch)
+                    except Exception as exc:
+                        self._failed(f"write {name}", exc)
+                        ops.clear()
+
+    # -- robots.txt cache ------------------------------------------------------------------------
+
+    async def robots_get(self, origin: str, ttl_seconds: float) -> RobotsRules | None:
+        if self.db is None:
+            return None
+        try:
+            doc = await self.db[ROBOTS].find_one({"_id": origin})
+        except Exception as exc:
+            self._failed("robots read", exc)
+            return None
+        if doc is None:
+            return None
+        doc["fetched_at"] = _epoch(doc.get("fetched_at")) or 0.0
+        try:
+            rules = RobotsRules.from_doc(doc)
+        except (KeyError, TypeError, ValueError):
+            return None
+        if rules.expired(ttl_seconds):
+            return None
+        return rules
+
+    def robots_put(self, rules: RobotsRules) -> None:
+        from pymongo import ReplaceOne
+
+        doc = rules.to_doc()
+        self._queue(ROBOTS, ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
+
+    # -- crawled-URL store -----------------------------------------------------------------------
+
+    async def origins_with_pages(self, origins: Iterable[str]) -> set[str]:
+        """Those of `origins` that have pages in the store (cached for the run)."""
+        origins = set(origins)
+        unknown = [o for o in origins if o not in self.origins]
+        if unknown and self.db is not None:
+            try:
+                docs = await self.db[ORIGINS].find({"_id": {"$in": unknown}}).to_list(None)
+            except Exception as exc:
+                self._failed("origins read", exc)
+                docs = None
+            if docs is not None:
+                found = {d["_id"] for d in docs}
+                for origin in unknown:
+                    self.origins[origin] = origin in found
+                while len(self.origins) > 200_000:
+                    self.origins.popitem(last=False)
+        return {o for o in origins if self.origins.get(o)}
+
+    def mark_origin(self, origin: str) -> None:
+        """`origin` has (or will have) pages in the store."""
+        if origin in self.marked:
+            return
+        from pymongo import ReplaceOne
+
+        self.marked.add(origin)
+        doc = {"_id": origin, "stored_at": time.time()}
+        self._queue(ORIGINS, ReplaceOne({"_id": origin}, doc, upsert=True))
+
+    async def pages_get(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        keys = list(dict.fromkeys(keys))
+        if self.db is None or not keys:
+            return {}
+        try:
+            docs = await self.db[PAGES].find({"_id": {"$in": keys}}).to_list(None)
+        except Exception as exc:
+            self._failed("pages read", exc)
+            return {}
+        out = {}
+        for doc in docs:
+            doc["fetched_at"] = _epoch(doc.get("fetched_at")) or 0.0
+            out[doc["_id"]] = doc
+        self.stats["pages_looked_up"] += len(keys)
+        self.stats["pages_known"] += len(out)
+        return out
+
+    def page_put(self, doc: dict[str, Any]) -> None:
+        from pymongo import ReplaceOne
+
+        self._queue(PAGES, ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
+
+    # -- records already resolved ----------------------------------------------------------------
+
+    async def fresh_fields(
+        self, collection: str, wanted: dict[str, list[str]], ttl_seconds: float
+    ) -> dict[str, set[str]]:
+        """For each record id, the wanted fields whose value in the results collection was fetched
+        less than `ttl_seconds` ago (SPEC section 6 `lineage.<field>.fetched_at`)."""
+        if self.db is None or not wanted or ttl_seconds <= 0:
+            return {}
+        try:
+            docs = await (
+                self.db[collection]
+                .find({"_id": {"$in": list(wanted)}}, {"data": 1, "lineage": 1})
+                .to_list(None)
+            )
+        except Exception as exc:
+            self._failed("results read", exc)
+            return {}
+        now = time.time()
+        fresh: dict[str, set[str]] = {}
+        for doc in docs:
+            data = doc.get("data") or {}
+            lineage = doc.get("lineage") or {}
+            found = set()
+            for name in wanted.get(doc["_id"], ()):
+                entry = lineage.get(name)
+                if not isinstance(entry, dict) or data.get(name) is None:
+                    continue
+                fetched = _epoch(entry.get("fetched_at"))
+                if fetched is not None and now - fetched < ttl_seconds:
+                    found.add(name)
+            if found:
+                fresh[doc["_id"]] = found
+        return fresh
+
+
+class HostBusy(Exception):
+    """Another crawl process kept a host longer than a request may wait."""
+
+
+@dataclass
+class _Hold:
+    token: str
+    lease_end: float  # epoch seconds: `next_at` of the host's document while we hold it
+    since: float  # monotonic
+    idle_since: float | None = None  # monotonic: answered, next local request not yet sent
+    free_at: float = 0.0  # epoch: answer time + delay of the last request
+
+
+class HostLimiter:
+    """One request at a time per host, `delay` apart, across every crawl process (MongoDB
+    `_crawl_hosts`, one document per host: `{_id: host, next_at, by}`).
+
+    A process takes a host with an atomic `update_one({_id: host, next_at: {$lte: now}},
+    {$set: {next_at: now + lease, by: token}})` (insert on first use; a duplicate key means another
+    process was first) right before sending: from then on every other process sees the host busy.
+    When the answer is in, it hands the host back with `next_at = answer time + delay` (only if it
+    still holds it: `by` is its token). Spacing counts from the *answer* of one request to the
+    *send* of the next, so no delay between a reservation and the real send (a busy event loop,
+    a slow database) can bring two requests closer than the delay; it costs the response time of
+    each request on top of the delay. A process that loses waits (polling `next_at` at least every
+    `delay`) and tries again.
+
+    A process keeps a host between its own requests (the answer to one usually brings the next:
+    links found on the page), at most `max_hold` seconds, then hands it back so that others get
+    their turn; a host it has no more requests for is handed back `IDLE_GRACE` after its delay.
+    A host crawled by one process costs two database writes per visit, not per request. Its own
+    requests are spaced by its downloader slot, which also counts from the previous answer. A host
+    nobody hands back (a killed process) is free again when its lease ends.
+
+    Clocks: `time.time()` of each machine; NTP keeps them within milliseconds of each other.
+    """
+
+    def __init__(
+        self,
+        state: CrawlState | None,
+        *,
+        lease: float = 90.0,
+        max_hold: float = 30.0,
+        max_wait: float = 600.0,
+    ):
+        self.state = state
+        self.lease = lease
+        self.max_hold = max_hold
+        self.max_wait = max_wait
+        self.known = BoundedSet(100_000)  # hosts that have a document
+        self.held: dict[str, _Hold] = {}
+        self.in_flight: set[str] = set()
+        self.releasing: dict[str, asyncio.Task] = {}
+        self.stats: Counter[str] = Counter()
+        self.wait_seconds = 0.0
+        self.db_seconds = 0.0
+        self._token = 0
+        self._sweeper: asyncio.Task | None = None
+        # host -> this process still has requests queued for it (set by the downloader)
+        self.has_work: Callable[[str], bool] | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.state is not None and self.state.db is not None and self.state.available
+
+    def _collection(self) -> Any:
+        assert self.state is not None
+        return self.state.db[HOSTS]
+
+    async def acquire(self, host: str, delay: float, timeout: float) -> float:
+        """Wait until this process may send to `host`; returns the seconds waited for others."""
+        if not self.shared:
+            return 0.0
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep_loop())
+        started = time.monotonic()
+        try:
+            waited = await self._acquire(host, delay, timeout)
+        except HostBusy:
+            raise
+        except Exception as exc:  # the database went away: politeness stays per process
+            self.stats["errors"] += 1
+            assert self.state is not None
+            self.state._failed("limiter", exc)
+            return 0.0
+        self.in_flight.add(host)
+        self.db_seconds += time.monotonic() - started - waited
+        self.wait_seconds += waited
+        return waited
+
+    async def _acquire(self, host: str, delay: float, timeout: float) -> float:
+        from pymongo.errors import DuplicateKeyError
+
+        collection = self._collection()
+        lease = max(self.lease, timeout + 30.0)
+        hold = self.held.get(host)
+        if hold is not None:
+            hold.idle_since = None
+            if hold.lease_end - time.time() > timeout + 10.0:
+                self.stats["kept"] += 1
+                return 0.0
+            lease_end = time.time() + lease
+            result = await collection.update_one(
+                {"_id": host, "by": hold.token}, {"$set": {"next_at": lease_end}}
+            )
+            self.stats["extended"] += 1
+            if result.matched_count:
+                hold.lease_end = lease_end
+                return 0.0
+            del self.held[host]  # the lease ran out and someone took the host
+        pending = self.releasing.get(host)
+        if pending is not None:
+            await asyncio.shield(pending)
+        waited = 0.0
+        while True:
+            self._token += 1
+            assert self.state is not None
+            token = f"{self.state.worker}:{self._token}"
+            now = time.time()
+            lease_end = now + lease
+            if host not in self.known:
+                try:
+                    await collection.insert_one({"_id": host, "next_at": lease_end, "by": token})
+                    self.known.add(host)
+                    break
+                except DuplicateKeyError:
+                    self.known.add(host)
+            result = await collection.update_one(
+                {"_id": host, "next_at": {"$lte": now}},
+                {"$set": {"next_at": lease_end, "by": token}},
+            )
+            if result.matched_count:
+                break
+            doc = await collection.find_one({"_id": host})
+            if doc is None:  # removed meanwhile: insert again
+                self.known.discard(host)
+                continue
+            wait = (_epoch(doc.get("next_at")) or 0.0) - time.time()
+            if wait > 0:
+                if waited >= self.max_wait:
+                    raise HostBusy(f"{host} kept busy by other crawl processes for {waited:.0f} s")
+                wait = min(wait, max(delay, 0.5), self.max_wait - waited + 0.01)
+                self.stats["waits"] += 1
+                waited += wait
+                await asyncio.sleep(wait)
+        self.stats["acquired"] += 1
+        self.held[host] = _Hold(token, lease_end, time.monotonic())
+        return waited
+
+    def done(self, host: str, delay: float, *, keep: bool) -> None:
+        """The request to `host` is answered: hand the host back (`next_at` = now + delay), or keep
+        it for this process's next request."""
+        self.in_flight.discard(host)
+        hold = self.held.get(host)
+        if hold is None:
+            return
+        hold.free_at = time.time() + delay
+        if keep and time.monotonic() - hold.since < self.max_hold:
+            hold.idle_since = time.monotonic()
+            return
+        self._release(host)
+
+    def _release(self, host: str) -> None:
+        hold = self.held.pop(host)
+        next_at = hold.free_at or (time.time() + 60.0)  # never answered: keep it a while
+        task = asyncio.ensure_future(self._write_release(host, hold.token, next_at))
+        self.releasing[host] = task
+
+    async def _write_release(self, host: str, token: str, next_at: float) -> None:
+        try:
+            await self._collection().update_one(
+                {"_id": host, "by": token}, {"$set": {"next_at": next_at}}
+            )
+            self.stats["released"] += 1
+        except Exception as exc:
+            self.stats["errors"] += 1
+            if self.state is not None:
+                self.state._failed("limiter release", exc)
+        finally:
+            if self.releasing.get(host) is asyncio.current_task():
+                del self.releasing[host]
+
+    async def _sweep_loop(self) -> None:
+        """Hand back hosts kept for a next request that did not come (its records finished)."""
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            wall = time.time()
+            for host, hold in list(self.held.items()):
+                if host in self.in_flight or hold.idle_since is None:
+                    continue
+                if now - hold.since > self.max_hold:
+                    self.stats["handed_over"] += 1  # others get their turn
+                    self._release(host)
+                elif wall > hold.free_at + IDLE_GRACE and not (
+                    self.has_work is not None and self.has_work(host)
+                ):
+                    self.stats["swept"] += 1
+                    self._release(host)
+
+    async def close(self) -> None:
+        """Hand back every host still held (other processes need not wait for the leases)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for host in list(self.held):
+            if host not in self.in_flight:
+                self._release(host)
+        if self.releasing:
+            await asyncio.gather(*self.releasing.values(), return_exceptions=True)

@@ -1,0 +1,98 @@
+"""One crawl process for one partition: `python -m enrich_crawl.crawl.worker`.
+
+Launched by Dagster through Pipes (parameters in the Pipes extras, progress and final statistics
+streamed back as log lines and a custom message), or by hand / by benchmarks with
+`--params FILE.json`. Twisted's reactor cannot restart, hence one crawl per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from enrich_crawl.crawl.params import WorkerParams
+
+
+def run_crawl(
+    params: WorkerParams, progress: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Run the crawl of one partition to the end; returns its statistics."""
+    from scrapy.crawler import CrawlerProcess
+
+    from enrich_crawl.crawl.render import needs_browser
+    from enrich_crawl.crawl.settings import build_settings
+    from enrich_crawl.crawl.spider import EnrichSpider
+    from enrich_crawl.extract.mapping import MappingSet
+
+    if params.proxy:
+        # Scrapy's HttpProxyMiddleware reads the proxy from the environment at start-up
+        os.environ["http_proxy"] = params.proxy
+        os.environ["https_proxy"] = params.proxy
+        os.environ.pop("no_proxy", None)
+        os.environ.pop("NO_PROXY", None)
+    mappings = MappingSet.load(params.mappings_dir, strict=False)
+    for error in mappings.errors:
+        logging.getLogger(__name__).error("mapping skipped: %s", error)
+    Path(params.out_dir).mkdir(parents=True, exist_ok=True)
+    # the browser handler only when some mapping renders (js/auto): static crawls never load it
+    process = CrawlerProcess(build_settings(params, render=needs_browser(mappings)))
+    # a retry that gives up is recorded as the URL's reason; Scrapy's ERROR line adds nothing
+    # (set after CrawlerProcess, whose logging set-up resets the levels of scrapy.* loggers)
+    logging.getLogger("scrapy.downloadermiddlewares.retry").setLevel(logging.CRITICAL)
+    crawler = process.create_crawler(EnrichSpider)
+    process.crawl(crawler, params=params, mappings=mappings, progress=progress)
+    process.start()
+    spider = crawler.spider
+    if spider is None or not getattr(spider, "stats_written", False):
+        raise RuntimeError(f"crawl of partition {params.partition} did not finish cleanly")
+    return spider.final_stats
+
+
+def _format_progress(stats: dict[str, Any]) -> str:
+    return (
+        f"[{stats['partition']}] records {stats['records_done']}/{stats['records_fed']} done "
+        f"({stats['records_active']} active), pages {stats['pages']} "
+        f"({stats['pages_per_second']}/s), candidates {stats['candidates']}, "
+        f"errors {sum(stats['errors_by_kind'].values())}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--params", help="JSON file of WorkerParams (without Dagster Pipes)")
+    args = parser.parse_args(argv)
+
+    if args.params:
+        params = WorkerParams.from_dict(json.loads(Path(args.params).read_text("utf-8")))
+        if params.mongo_uri is None:
+            params.mongo_uri = os.environ.get("MONGODB_URI")
+        log = logging.getLogger("enrich_crawl.worker")
+        stats = run_crawl(params, progress=lambda s: log.info(_format_progress(s)))
+        print(json.dumps(stats))
+        return 0
+
+    from dagster_pipes import open_dagster_pipes
+
+    with open_dagster_pipes() as pipes:
+        params = WorkerParams.from_dict(pipes.extras["params"])
+        if params.mongo_uri is None:
+            params.mongo_uri = os.environ.get("MONGODB_URI")
+
+        def progress(stats: dict[str, Any]) -> None:
+            pipes.log.info(_format_progress(stats))
+            pipes.report_custom_message({"kind": "progress", "stats": stats})
+
+        stats = run_crawl(params, progress=progress)
+        pipes.log.info(_format_progress(stats))
+        pipes.report_custom_message({"kind": "final", "stats": stats})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

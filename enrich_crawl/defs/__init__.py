@@ -1,0 +1,8 @@
+"""Dagster wiring of enrich_crawl (thin: the work lives in the plain modules)."""
+
+import warnings
+
+import dagster as dg
+
+# BackfillPolicy on assets is marked beta by Dagster; it is what lets one run take every shard
+warnings.filterwarnings("ignore", category=dg.BetaWarning)

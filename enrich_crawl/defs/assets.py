@@ -1,0 +1,291 @@
+"""The asset chain: seed_dataset -> crawl_results (partitioned) -> resolved_fields -> enriched_records.
+
+Wiring only: the work is done by enrich_crawl.dataset, .crawl (in a subprocess per shard, through
+Dagster Pipes), .resolve and .store.
+"""
+
+from collections import Counter
+from typing import Any
+
+import dagster as dg
+
+from enrich_crawl.defs.crawl_ops import crawl_shard, plan_crawl_shards, summarize_crawl
+from enrich_crawl.defs.partitions import SHARD_KEYS, shards
+from enrich_crawl.defs.resources import (
+    DatasetResource,
+    MongoResource,
+    StagingResource,
+)
+
+GROUP = "enrich"
+WEB_RETRY = dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL)
+
+
+def _markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"pandas", "parquet"},
+    description="The dirty table loaded, cleaned, profiled and sharded for the crawl.",
+)
+def seed_dataset(
+    context: dg.AssetExecutionContext, dataset: DatasetResource, staging: StagingResource
+) -> dg.MaterializeResult:
+    """The dirty table loaded, cleaned, profiled and sharded for the crawl."""
+    from enrich_crawl.dataset.load import prepare_dataset
+    from enrich_crawl.dataset.profile import markdown_table, profile_checks, ui_metadata
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    manifest = prepare_dataset(spec, stage, SHARD_KEYS)
+    profile = manifest["profile"]
+    context.log.info(
+        f"{spec.name}: {profile['rows']} rows, {profile['usable']} usable, "
+        f"{profile['rejected']} rejected ({profile.get('quarantined', 0)} malformed), "
+        f"{profile['records_to_enrich']} to enrich, in {manifest['seconds']} s"
+    )
+    ui = ui_metadata(manifest)
+    checks = profile_checks(manifest)
+    for check in checks:
+        if not check["passed"]:
+            context.log.warning(f"seed_dataset check {check['name']}: {check['description']}")
+    # numbers are plain values (plotted across materialisations), tables markdown, the rest JSON
+    metadata: dict[str, Any] = {
+        "dataset": spec.name,
+        "spec": dg.MetadataValue.path(str(spec.path)),
+        "source": dg.MetadataValue.path(str(spec.source)),
+        "rejected_file": dg.MetadataValue.path(str(stage.rejected)),
+        **ui["numbers"],
+        **{key: dg.MetadataValue.md(text) for key, text in ui["markdown"].items()},
+        **{key: dg.MetadataValue.json(value) for key, value in ui["json"].items()},
+        "quality_checks": dg.MetadataValue.md(
+            markdown_table(
+                ["check", "passed", "severity", "what"],
+                [[c["name"], c["passed"], c["severity"], c["description"]] for c in checks],
+            )
+        ),
+    }
+    return dg.MaterializeResult(metadata=metadata)
+
+
+# -- crawl_results: one crawl process per shard, fanned out as parallel steps (crawl_ops.py) -
+
+
+@dg.graph_asset(
+    group_name=GROUP,
+    kinds={"scrapy"},
+    partitions_def=shards,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    ins={"seed_dataset": dg.AssetIn(dagster_type=dg.Nothing)},
+    description="The depth-limited crawls of the shards and the pages' extracted candidates.",
+)
+def crawl_results(seed_dataset):
+    """The depth-limited crawls of the shards and the pages' extracted candidates."""
+    return summarize_crawl(plan_crawl_shards(seed_dataset).map(crawl_shard).collect())
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"python"},
+    partitions_def=shards,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=[crawl_results],
+    description="The mapping-resolved value of every record's missing fields, with lineage.",
+)
+def resolved_fields(
+    context: dg.AssetExecutionContext, dataset: DatasetResource, staging: StagingResource
+) -> dg.MaterializeResult:
+    """The mapping-resolved value of every record's missing fields, with lineage."""
+    from enrich_crawl.resolve import resolve_shard
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    per_field: Counter[str] = Counter()
+    conflicts: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    for key in context.partition_keys:
+        summary = resolve_shard(stage, key)
+        per_field.update(summary["per_field"])
+        conflicts.update(summary["conflicts_per_field"])
+        for name in (
+            "records",
+            "crawled",
+            "fields_resolved",
+            "conflicts",
+            "fields_with_conflicts",
+            "records_with_values",
+            "pages",
+        ):
+            totals[name] += summary[name]
+    rows = [[name, per_field.get(name, 0), conflicts.get(name, 0)] for name in spec.fields]
+    return dg.MaterializeResult(
+        metadata={
+            "records": totals["records"],
+            "fields_resolved": totals["fields_resolved"],
+            "records_with_values": totals["records_with_values"],
+            "conflicts": totals["conflicts"],
+            "fields_with_conflicts": totals["fields_with_conflicts"],
+            "pages_fetched": totals["pages"],
+            "pages_per_record_with_values": round(
+                totals["pages"] / totals["records_with_values"], 3
+            )
+            if totals["records_with_values"]
+            else 0.0,
+            "per_field": dg.MetadataValue.md(
+                _markdown_table(["field", "resolved", "losing candidates"], rows)
+            ),
+            **{f"resolved/{name}": per_field.get(name, 0) for name in spec.fields},
+        }
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"mongodb"},
+    partitions_def=shards,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=[resolved_fields],
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=15),
+    description="The records merged into MongoDB with per-field lineage.",
+)
+def enriched_records(
+    context: dg.AssetExecutionContext,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    mongo: MongoResource,
+) -> dg.MaterializeResult:
+    """The records merged into MongoDB with per-field lineage."""
+    import time
+
+    from pymongo.errors import PyMongoError
+
+    from enrich_crawl.staging import read_json, read_jsonl
+    from enrich_crawl.store.merge import MergeError, Merger, MergeStats, rerun_command
+    from enrich_crawl.store.mongo import ensure_indexes
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    keys = list(context.partition_keys)
+    # the crawl's results are staged durably (resolved/<key>.jsonl, written atomically): the merge
+    # reads only them, so it can fail and be re-run alone without re-crawling
+    absent = [key for key in keys if not stage.resolved(key).exists()]
+    if absent:
+        raise dg.Failure(
+            description=f"nothing staged to merge for partition(s) {', '.join(absent)} of "
+            f"{spec.name} (no {stage.resolved(absent[0])}): materialise resolved_fields first",
+            allow_retries=False,
+        )
+    fields = {name: {"type": f.type, "refresh": f.refresh} for name, f in spec.fields.items()}
+    where = f"{mongo.display_uri()} database {mongo.database_name()} collection {spec.name}"
+    status: Counter[str] = Counter()
+    per_field: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    done: list[str] = []
+    started = time.perf_counter()
+
+    def _staged_record_count(path) -> int | None:
+        try:
+            return int(read_json(path)["records"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def progress(partition: str, stats: MergeStats) -> None:
+        if stats.batches % 25 == 0:
+            context.log.info(f"{partition}: {stats.records} records merged so far")
+
+    client = mongo.client()
+    try:
+        collection = client[mongo.database_name()][spec.name]
+        merger = Merger(
+            collection,
+            fields=fields,
+            run_id=context.run.run_id,
+            batch_size=mongo.batch_size,
+            retry=mongo.write_retry(),
+            progress=progress,
+        )
+        for key in keys:
+            stats = merger.merge(read_jsonl(stage.resolved(key)), partition=key)
+            expected = _staged_record_count(stage.resolved_summary(key))
+            if expected is not None and expected != stats.records + stats.duplicate_lines:
+                raise dg.Failure(
+                    description=f"{stage.resolved(key)} holds {stats.records} records but "
+                    f"resolved_fields resolved {expected}: the staged file is damaged; "
+                    f"materialise resolved_fields for partition {key} again, then the merge",
+                    allow_retries=False,
+                )
+            done.append(key)
+            context.log.info(
+                f"{key}: {stats.records} records, {stats.inserted} inserted, {stats.updated} "
+                f"updated, {stats.unchanged} unchanged, {stats.retries} retries"
+            )
+            status.update(stats.status)
+            per_field.update(stats.per_field)
+            for name, value in stats.to_dict().items():
+                if isinstance(value, int):
+                    totals[name] += value
+        indexes = ensure_indexes(collection)
+        documents = collection.count_documents({})
+        preview = list(collection.find({}, {"status": 1, "missing": 1}).limit(5))
+    except (MergeError, PyMongoError) as exc:
+        todo = [key for key in keys if key not in done]
+        reason = mongo.scrub(str(exc))
+        raise dg.Failure(
+            description=(
+                f"merging {spec.name} into MongoDB failed at partition {todo[0]} ({where}): "
+                f"{reason}. Nothing is lost: the crawl's results stay staged in "
+                f"{stage.resolved(todo[0]).parent}. When MongoDB is back, re-run just the merge "
+                f"(no re-crawl; records already written are not duplicated): "
+                f"{rerun_command(todo)}"
+            ),
+            metadata={
+                "partitions_merged": ", ".join(done) or "-",
+                "partitions_left": ", ".join(todo),
+                "records_written": totals["written"],
+                "staged": dg.MetadataValue.path(str(stage.resolved(todo[0]).parent)),
+                "rerun": rerun_command(todo),
+            },
+        ) from None
+    finally:
+        client.close()
+    seconds = time.perf_counter() - started
+    preview_rows = [[d["_id"], d.get("status"), ", ".join(d.get("missing") or [])] for d in preview]
+    return dg.MaterializeResult(
+        metadata={
+            "mongodb": mongo.display_uri(),
+            "database": mongo.database_name(),
+            "collection": spec.name,
+            "records_merged": totals["records"],
+            "inserted": totals["inserted"],
+            "updated": totals["updated"],
+            "unchanged": totals["unchanged"],
+            "fields_filled": totals["fields_filled"],
+            "fields_refreshed": totals["fields_refreshed"],
+            "fields_kept": totals["fields_kept"],
+            "fields_superseded": totals["fields_superseded"],
+            "conflicts": totals["conflicts"],
+            "write_retries": totals["retries"],
+            "insert_races": totals["races"],
+            "duplicate_lines": totals["duplicate_lines"],
+            "documents_in_collection": documents,
+            "indexes_created": ", ".join(indexes) or "-",
+            "seconds": round(seconds, 3),
+            "records_per_second": round(totals["records"] / seconds, 1) if seconds else 0.0,
+            "status": dg.MetadataValue.json(dict(status)),
+            **{
+                f"status/{name}": status.get(name, 0)
+                for name in ("resolved", "partial", "unresolved")
+            },
+            **{f"filled/{name}": per_field.get(name, 0) for name in spec.fields},
+            "preview": dg.MetadataValue.md(
+                _markdown_table(["id", "status", "missing"], preview_rows)
+            ),
+        }
+    )
+
+
+ASSETS = [seed_dataset, crawl_results, resolved_fields, enriched_records]

@@ -1,0 +1,357 @@
+"""Asset checks: they run in every enrich_job run (and with any materialisation of their asset).
+
+seed_dataset      seed_profile                 usable records exist; rejected rows within bound
+crawl_results     every_shard_crawled          each shard of the run crawled (else the run fails,
+                                               after the other shards were resolved and merged)
+crawl_results     no_robots_violations         zero requests against robots.txt (enrich_crawl.quality)
+enriched_records  resolution_rate              share of missing values found, per field, at least
+                                               the threshold (QualityResource)
+enriched_records  documents_match_records      one MongoDB document per usable record, no others
+enriched_records  values_have_lineage          no value filled without lineage that explains it
+
+None is blocking: a failed check never throws away other shards' results. The measures are plain
+functions of enrich_crawl.quality; here they are fed from the staging area and MongoDB.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from enrich_crawl.defs.assets import crawl_results, enriched_records, seed_dataset
+from enrich_crawl.defs.crawl_ops import FAILURE_FILE
+from enrich_crawl.defs.partitions import shards_of_run
+from enrich_crawl.defs.resources import (
+    CrawlerResource,
+    DatasetResource,
+    MongoResource,
+    QualityResource,
+    StagingResource,
+)
+
+SAMPLE = 20
+
+
+def _read_json(path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _run_shards(context: dg.AssetCheckExecutionContext) -> list[str]:
+    return shards_of_run(context.run.tags)
+
+
+def _seed_ids(stage, keys: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(record id, input data) of the usable records of the given shards."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    for key in keys:
+        path = stage.seed_shard(key)
+        if not path.exists():
+            continue
+        table = pq.read_table(path, columns=["_id", "_data"])
+        for rid, data in zip(
+            table.column("_id").to_pylist(), table.column("_data").to_pylist(), strict=True
+        ):
+            yield rid, json.loads(data or "{}")
+
+
+@dg.asset_check(
+    asset=seed_dataset,
+    name="seed_profile",
+    description="The seed has usable records, and rejects at most max_rejected_rate of the rows.",
+)
+def seed_profile(
+    dataset: DatasetResource, staging: StagingResource, quality: QualityResource
+) -> dg.AssetCheckResult:
+    """The seed has usable records, and rejects at most max_rejected_rate of the rows."""
+    spec = dataset.load()
+    manifest = _read_json(staging.stage(spec.name).seed_manifest)
+    if not manifest:
+        return dg.AssetCheckResult(
+            passed=False, description="no seed manifest: seed_dataset did not complete"
+        )
+    profile = manifest["profile"]
+    rows = int(profile.get("rows") or 0)
+    usable = int(profile.get("usable") or 0)
+    rejected = int(profile.get("rejected") or 0)
+    rate = rejected / rows if rows else 0.0
+    metadata = {
+        "rows": rows,
+        "usable_records": usable,
+        "rejected_rows": rejected,
+        "rejected_rate": round(rate, 4),
+        "max_rejected_rate": quality.max_rejected_rate,
+        "records_to_enrich": int(profile.get("records_to_enrich") or 0),
+    }
+    if usable == 0:
+        return dg.AssetCheckResult(
+            passed=False, metadata=metadata, description=f"{spec.name}: no usable record"
+        )
+    return dg.AssetCheckResult(
+        passed=rate <= quality.max_rejected_rate,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=metadata,
+        description=f"{rejected} of {rows} rows rejected ({rate:.1%})",
+    )
+
+
+@dg.asset_check(
+    asset=crawl_results,
+    name="every_shard_crawled",
+    description="Every shard of the run was crawled; a shard whose crawl failed after its retries "
+    "fails the run (the other shards' results are resolved and merged all the same).",
+)
+def every_shard_crawled(
+    context: dg.AssetCheckExecutionContext, dataset: DatasetResource, staging: StagingResource
+):
+    """Every shard of the run was crawled."""
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    keys = _run_shards(context)
+    failed: dict[str, str] = {}
+    for key in keys:
+        failure = _read_json(stage.crawl_dir(key) / FAILURE_FILE)
+        if failure and failure.get("run_id") == context.run.run_id:
+            failed[key] = str(failure.get("error", "failed"))
+        elif not stage.crawl_stats(key).exists():
+            failed[key] = "no crawl statistics (crawl did not finish)"
+    yield dg.AssetCheckResult(
+        passed=not failed,
+        metadata={
+            "shards": len(keys),
+            "shards_failed": len(failed),
+            "failed": dg.MetadataValue.json(failed),
+        },
+        description="all shards crawled"
+        if not failed
+        else f"crawl failed for {', '.join(sorted(failed))}",
+    )
+    if failed:
+        # the run must say it failed; the other shards were resolved and merged meanwhile
+        raise dg.Failure(
+            description=f"{spec.name}: the crawl of shard(s) {', '.join(sorted(failed))} failed "
+            f"after retries: {'; '.join(f'{k}: {v}' for k, v in sorted(failed.items()))}. The "
+            "other shards were resolved and merged. Re-run the failed shard(s) with: dagster "
+            "asset materialize -m enrich_crawl.definitions --select 'crawl_results*' "
+            f"--partition {sorted(failed)[0]}",
+            allow_retries=False,
+        )
+
+
+@dg.asset_check(
+    asset=crawl_results,
+    name="no_robots_violations",
+    description="No request of the crawl went against robots.txt (server request log of a "
+    "virtual web, and the crawler's record of fetched pages; see enrich_crawl.quality).",
+)
+def no_robots_violations(
+    context: dg.AssetCheckExecutionContext,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    crawler: CrawlerResource,
+    mongo: MongoResource,
+) -> dg.AssetCheckResult:
+    """No request of the crawl went against robots.txt."""
+    from enrich_crawl.crawl.robots import product_token
+    from enrich_crawl.quality import audit_fetched_pages, audit_request_log
+    from enrich_crawl.staging import read_jsonl
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    user_agent = crawler.environment()["user_agent"]
+    keys = _run_shards(context)
+    violations: list[dict[str, Any]] = []
+    reported = 0
+    logs = 0
+    for key in keys:
+        stats = _read_json(stage.crawl_stats(key)) or {}
+        reported += int(stats.get("robots_violations") or 0)
+        log = stage.crawl_dir(key) / "web-requests.jsonl"
+        if spec.virtual_web is not None and log.exists():
+            logs += 1
+            violations += audit_request_log(read_jsonl(log), spec.virtual_web, user_agent)
+    pages_audited = "no"
+    record = context.instance.get_run_record_by_id(context.run.run_id)
+    since = float(record.start_time) if record and record.start_time else None
+    if since is not None:
+        try:
+            from enrich_crawl.crawl.state import PAGES, ROBOTS
+
+            client = mongo.client()
+            try:
+                db = client[mongo.database_name()]
+                violations += audit_fetched_pages(
+                    db[PAGES].find({}, {"url": 1, "status": 1, "fetched_at": 1}),
+                    db[ROBOTS].find({}),
+                    user_agent,
+                    since,
+                )
+                pages_audited = "yes"
+            finally:
+                client.close()
+        except Exception as exc:  # the store may be absent (no persistence): say so
+            pages_audited = f"no ({type(exc).__name__}: {mongo.scrub(str(exc))[:200]})"
+    unique = {(v["url"], v["reason"]): v for v in violations}
+    total = len(unique) + reported
+    return dg.AssetCheckResult(
+        passed=total == 0,
+        metadata={
+            "violations": total,
+            "violations_reported_by_crawler": reported,
+            "request_logs_audited": logs,
+            "crawled_pages_audited": pages_audited,
+            "product_token": product_token(user_agent),
+            "sample": dg.MetadataValue.json(list(unique.values())[:SAMPLE]),
+        },
+        description="no request against robots.txt"
+        if total == 0
+        else f"{total} request(s) against robots.txt",
+    )
+
+
+def _documents(mongo: MongoResource, collection: str, projection: dict[str, int]):
+    client = mongo.client()
+    try:
+        yield from client[mongo.database_name()][collection].find({}, projection)
+    finally:
+        client.close()
+
+
+@dg.asset_check(
+    asset=enriched_records,
+    name="resolution_rate",
+    description="Per field, the share of records that needed a value and got one is at least the "
+    "threshold (QualityResource: min_resolution_rate, field_min_resolution_rate).",
+)
+def resolution_rate(
+    dataset: DatasetResource, mongo: MongoResource, quality: QualityResource
+) -> dg.AssetCheckResult:
+    """Per field, the share of records that needed a value and got one is above the threshold."""
+    from enrich_crawl.quality import resolution_rates
+
+    spec = dataset.load()
+    rates = resolution_rates(
+        _documents(mongo, spec.name, {"data": 1, "lineage": 1}), list(spec.fields)
+    )
+    below = {
+        name: entry["rate"]
+        for name, entry in rates.items()
+        if entry["needed"] and entry["rate"] < quality.resolution_threshold(name)
+    }
+    rows = [
+        f"| {name} | {e['needed']} | {e['resolved']} | {e['rate']:.1%} | "
+        f"{quality.resolution_threshold(name):.0%} |"
+        for name, e in rates.items()
+    ]
+    table = "\n".join(["| field | needed | resolved | rate | threshold |", "|---|---|---|---|---|"])
+    return dg.AssetCheckResult(
+        passed=not below,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            **{f"rate/{name}": e["rate"] for name, e in rates.items()},
+            "fields_below_threshold": len(below),
+            "rates": dg.MetadataValue.md(table + "\n" + "\n".join(rows)),
+        },
+        description="every field at or above its threshold"
+        if not below
+        else "below threshold: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(below.items())),
+    )
+
+
+@dg.asset_check(
+    asset=enriched_records,
+    name="documents_match_records",
+    description="MongoDB holds one document per usable record of the dataset (for the shards of "
+    "the run), and no document that is not a usable record.",
+)
+def documents_match_records(
+    context: dg.AssetCheckExecutionContext,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    mongo: MongoResource,
+) -> dg.AssetCheckResult:
+    """One MongoDB document per usable record, and no other."""
+    from enrich_crawl.quality import document_coverage
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    manifest = _read_json(stage.seed_manifest) or {}
+    all_keys = sorted(manifest.get("shards") or {})
+    run_keys = [k for k in _run_shards(context) if k in all_keys]
+    usable = {rid for rid, _ in _seed_ids(stage, all_keys)}
+    expected = {rid for rid, _ in _seed_ids(stage, run_keys)}
+    present = [d["_id"] for d in _documents(mongo, spec.name, {"_id": 1})]
+    coverage = document_coverage(expected, present, usable)
+    passed = not coverage["missing"] and not coverage["extra"]
+    return dg.AssetCheckResult(
+        passed=passed,
+        metadata={
+            "usable_records": len(usable),
+            "documents": len(present),
+            "expected_for_run_shards": coverage["expected"],
+            "missing": len(coverage["missing"]),
+            "extra": len(coverage["extra"]),
+            "missing_sample": dg.MetadataValue.json(coverage["missing"][:SAMPLE]),
+            "extra_sample": dg.MetadataValue.json(coverage["extra"][:SAMPLE]),
+        },
+        description=f"{len(present)} documents for {len(usable)} usable records"
+        + (
+            ""
+            if passed
+            else f": {len(coverage['missing'])} missing, {len(coverage['extra'])} extra"
+        ),
+    )
+
+
+@dg.asset_check(
+    asset=enriched_records,
+    name="values_have_lineage",
+    description="No record holds a value that enrichment gave it without lineage explaining it "
+    "(same value, source URL, mapping, run, partition).",
+)
+def values_have_lineage(
+    dataset: DatasetResource, staging: StagingResource, mongo: MongoResource
+) -> dg.AssetCheckResult:
+    """No value filled by enrichment without lineage."""
+    from enrich_crawl.quality import lineage_problems
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    manifest = _read_json(stage.seed_manifest) or {}
+    inputs = dict(_seed_ids(stage, sorted(manifest.get("shards") or {})))
+    problems = lineage_problems(
+        _documents(mongo, spec.name, {"data": 1, "original": 1, "lineage": 1}),
+        list(spec.fields),
+        inputs,
+    )
+    kinds: dict[str, int] = {}
+    for problem in problems:
+        kinds[problem["problem"]] = kinds.get(problem["problem"], 0) + 1
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={
+            "problems": len(problems),
+            **{f"problems/{kind}": count for kind, count in sorted(kinds.items())},
+            "sample": dg.MetadataValue.json(problems[:SAMPLE]),
+        },
+        description="every enriched value has its lineage"
+        if not problems
+        else f"{len(problems)} value(s) without matching lineage",
+    )
+
+
+CHECKS = [
+    seed_profile,
+    every_shard_crawled,
+    no_robots_violations,
+    resolution_rate,
+    documents_match_records,
+    values_have_lineage,
+]

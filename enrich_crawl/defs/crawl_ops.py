@@ -1,0 +1,331 @@
+"""The ops of the graph asset `crawl_results`: one crawl process per shard, fanned out as steps.
+
+plan_crawl_shards -> crawl_shard (one mapped step per shard of the run, in the `crawl` pool) ->
+summarize_crawl (statistics as metadata, per shard partition and for the run).
+
+- Each crawl runs in `python -m enrich_crawl.crawl.worker` through Dagster Pipes (pipes.py): its
+  progress lines reach the run's log while it runs, its final statistics come back as a message.
+- Transient failures (a worker that crashed, was killed, gave no result) are retried by the
+  RetryPolicy. A shard that still fails after its last retry does not fail its step (that would
+  abandon every step after the fan-in): it outputs its failure, so the other shards' results are
+  still resolved and merged in the same run, and the check `every_shard_crawled` then fails the
+  run and names the shard (checks.py).
+- Time budgets: a shard's crawl stops cleanly (Scrapy CLOSESPIDER_TIMEOUT; what it found is kept)
+  after the partition budget (CrawlerResource.time_budget_seconds or the dataset's
+  crawl.time_budget_seconds) or when the run's budget (CrawlerResource.run_budget()) is spent,
+  whichever comes first.
+"""
+
+import contextlib
+import os
+import socket
+import time
+from collections import Counter
+from typing import Any
+
+import dagster as dg
+
+from enrich_crawl.defs.pipes import CrawlProcessClient
+from enrich_crawl.defs.resources import (
+    CrawlerResource,
+    DatasetResource,
+    MongoResource,
+    StagingResource,
+)
+
+
+def _retry_policy() -> dg.RetryPolicy:
+    """Retries of a crawl step (ENRICH_CRAWL_RETRIES, default 2; first delay
+    ENRICH_CRAWL_RETRY_DELAY seconds, default 10, then doubled), read when the definitions load."""
+    retries = os.environ.get("ENRICH_CRAWL_RETRIES", "").strip()
+    delay = os.environ.get("ENRICH_CRAWL_RETRY_DELAY", "").strip()
+    return dg.RetryPolicy(
+        max_retries=int(retries) if retries else 2,
+        delay=float(delay) if delay else 10.0,
+        backoff=dg.Backoff.EXPONENTIAL,
+    )
+
+
+CRAWL_RETRY = _retry_policy()
+# a crawl always gets at least this long, so that a shard started after the run budget is spent
+# still ends with every record and its reason (time budget) rather than not at all
+MIN_CRAWL_SECONDS = 1.0
+# files of a shard's crawl that describe one run: removed before a crawl starts, so that a crawl
+# which dies early never leaves an older run's results to be resolved and merged as this run's
+CRAWL_RUN_FILES = (
+    "candidates.jsonl",
+    "records.jsonl",
+    "stats.json",
+    "progress.json",
+    "failure.json",
+    "web-requests.jsonl",
+)
+FAILURE_FILE = "failure.json"
+
+
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def node_name() -> str:
+    """Which machine and process ran a step (several machines: which Celery worker)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_started_at(context: dg.OpExecutionContext) -> float:
+    """The run's start (epoch seconds), as the instance recorded it."""
+    record = context.instance.get_run_record_by_id(context.run_id)
+    started = record.start_time if record is not None else None
+    return float(started) if started else time.time()
+
+
+def crawl_budget(
+    partition_budget: float | None, run_budget: float | None, run_started: float, now: float
+) -> float | None:
+    """Seconds the shard's crawl may take: the tighter of the partition's and the run's budget."""
+    budgets = [b for b in (partition_budget,) if b and b > 0]
+    if run_budget:
+        budgets.append(max(run_budget - (now - run_started), MIN_CRAWL_SECONDS))
+    return min(budgets) if budgets else None
+
+
+@dg.op(out=dg.DynamicOut(str), ins={"seed_dataset": dg.In(dg.Nothing)})
+def plan_crawl_shards(context: dg.OpExecutionContext, dataset: DatasetResource):
+    """One dynamic output per shard of the run's partitions, once the mappings are known valid.
+
+    An invalid mapping is refused here, before any crawl starts (SPEC section 3), with its file,
+    JSON path and reason, whatever launched the run (UI, schedule, sensor, `dagster job execute`):
+    a crawl process would only skip it and log the reason where nobody looks.
+    """
+    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
+
+    mappings_dir = dataset.mappings_dir()
+    try:
+        MappingSet.load(mappings_dir)
+    except MappingLoadError as exc:
+        raise dg.Failure(
+            description=f"{exc}\nNo shard was crawled. Fix the mappings (check them with: "
+            f"enrich-crawl mapping check {mappings_dir}), then run again.",
+            metadata={
+                "mappings": dg.MetadataValue.path(str(mappings_dir)),
+                "problems": len(exc.errors),
+            },
+            allow_retries=False,
+        ) from None
+    for key in context.partition_keys:
+        yield dg.DynamicOutput(key, mapping_key=key)
+
+
+@dg.op(
+    retry_policy=CRAWL_RETRY,
+    pool="crawl",
+    tags={"kind": "scrapy"},
+)
+def crawl_shard(
+    context: dg.OpExecutionContext,
+    shard: str,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    crawler: CrawlerResource,
+    mongo: MongoResource,
+    crawl_process: CrawlProcessClient,
+):
+    """Crawl one shard in its own process (Scrapy through Dagster Pipes)."""
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.staging import write_json
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    out_dir = stage.crawl_dir(shard)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in CRAWL_RUN_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+
+    env = crawler.environment()
+    crawl = spec.crawl.to_dict()
+    partition_budget = (
+        crawler.time_budget_seconds
+        if crawler.time_budget_seconds is not None
+        else spec.crawl.time_budget_seconds
+    )
+    run_budget = crawler.run_budget()
+    budget = crawl_budget(
+        partition_budget,
+        run_budget,
+        run_started_at(context) if run_budget else 0.0,
+        time.time(),
+    )
+    crawl["time_budget_seconds"] = round(budget, 3) if budget else 0.0
+    if budget and run_budget and budget < (partition_budget or float("inf")):
+        context.log.info(f"shard {shard}: {budget:.0f} s left of the run's {run_budget:.0f} s")
+    params = WorkerParams(
+        dataset=spec.name,
+        partition=shard,
+        seed_path=str(stage.seed_shard(shard)),
+        out_dir=str(out_dir),
+        mappings_dir=str(dataset.mappings_dir()),
+        field_types=spec.field_types(),
+        crawl=crawl,
+        run_id=context.run_id,
+        user_agent=env["user_agent"],
+        proxy=env["proxy"],
+        allow_private=env["allow_private"],
+        chromium=env["chromium"],
+        mongo_db=mongo.database_name(),
+        max_active_records=crawler.max_active_records,
+        log_level=crawler.log_level,
+    )
+    node = node_name()
+    try:
+        with contextlib.ExitStack() as stack:
+            if spec.virtual_web is not None:
+                # the dataset brings its own web (demo, offline tests): serve it for this crawl;
+                # its request log is the server-side evidence the robots check audits
+                from enrich_crawl.testing.web import running_web
+
+                web = stack.enter_context(
+                    running_web(spec.virtual_web, log_path=out_dir / "web-requests.jsonl")
+                )
+                params.proxy = web.proxy_url
+                context.log.info(
+                    f"serving the dataset's virtual web {spec.virtual_web} at {web.proxy_url}"
+                )
+            context.log.info(f"crawl of shard {shard} on {node} (attempt {context.retry_number})")
+            stats = crawl_process.run_crawl(
+                context=context,
+                params=params,
+                env={"MONGODB_URI": mongo.effective_uri()},
+            )
+    except dg.Failure as exc:
+        if context.retry_number < CRAWL_RETRY.max_retries:
+            raise
+        failure = {
+            "run_id": context.run_id,
+            "partition": shard,
+            "crawl_failed": 1,
+            "attempts": context.retry_number + 1,
+            "node": node,
+            "error": exc.description or str(exc),
+            "at": time.time(),
+        }
+        write_json(out_dir / FAILURE_FILE, failure)
+        context.log.error(
+            f"crawl of shard {shard} failed after {context.retry_number + 1} attempts "
+            f"({exc.description}); the other shards go on and the check every_shard_crawled "
+            f"will fail this run. Re-run it alone with: dagster asset materialize -m "
+            f"enrich_crawl.definitions --select 'crawl_results*' --partition {shard}"
+        )
+        # an output all the same (a Pipes step must yield its outputs): summarize_crawl and the
+        # check every_shard_crawled read the failure from it
+        yield dg.Output(failure, metadata={"node": node, "crawl_failed": 1})
+        return
+    stats = {**stats, "node": node, "time_budget_seconds": budget or 0.0}
+    # a Pipes session puts the op in typed-event-stream mode: outputs must be explicit
+    yield dg.Output(stats, metadata={"node": node, "pages": int(stats.get("pages") or 0)})
+
+
+_PER_SHARD_NUMBERS = (
+    "records_fed",
+    "records_done",
+    "pages",
+    "pages_reused",
+    "bytes",
+    "candidates",
+    "requests",
+    "robots_refusals",
+    "robots_fetched",
+    "dropped_requests",
+    "seconds",
+    "pages_per_second",
+)
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def shard_metadata(stats: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of one shard's crawl_results partition (numeric: the UI plots it)."""
+    metadata: dict[str, Any] = {
+        key: stats[key] for key in _PER_SHARD_NUMBERS if _numeric(stats.get(key))
+    }
+    # statistics the crawl engine adds later are shown too
+    for key, value in stats.items():
+        if key not in metadata and _numeric(value) and key != "started_at":
+            metadata[key] = value
+    errors = stats.get("errors_by_kind") or {}
+    metadata["errors"] = sum(errors.values())
+    for kind, count in sorted(errors.items()):
+        metadata[f"errors/{kind}"] = count
+    for outcome, count in sorted((stats.get("outcomes") or {}).items()):
+        metadata[f"records/{outcome}"] = count
+    resolved = (stats.get("outcomes") or {}).get("resolved", 0)
+    metadata["pages_per_resolved_record"] = (
+        round(stats.get("pages", 0) / resolved, 3) if resolved else 0.0
+    )
+    metadata["finish_reason"] = str(stats.get("finish_reason", ""))
+    metadata["node"] = str(stats.get("node", ""))
+    metadata["crawl_failed"] = 0
+    return metadata
+
+
+@dg.op(out=dg.Out(dg.Nothing))
+def summarize_crawl(context: dg.OpExecutionContext, shard_stats: list[dict]) -> None:
+    """Crawl statistics as metadata: per shard partition, and the run's totals."""
+    step = context.get_step_execution_context()
+    failures = {s["partition"]: s for s in shard_stats if s.get("crawl_failed")}
+    shard_stats = [s for s in shard_stats if not s.get("crawl_failed")]
+    crawled = {s["partition"]: s for s in shard_stats}
+    failed = [key for key in context.partition_keys if key not in crawled]
+    for key in context.partition_keys:
+        if key in crawled:
+            step.add_asset_metadata(shard_metadata(crawled[key]), partition_key=key)
+        else:
+            error = str(failures.get(key, {}).get("error", "no result"))
+            step.add_asset_metadata(
+                {"crawl_failed": 1, "pages": 0, "records_done": 0, "error": error},
+                partition_key=key,
+            )
+    pages = sum(s.get("pages", 0) for s in shard_stats)
+    errors: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    for s in shard_stats:
+        errors.update(s.get("errors_by_kind", {}))
+        outcomes.update(s.get("outcomes", {}))
+    resolved = outcomes.get("resolved", 0)
+    rows = [
+        [
+            s["partition"],
+            s.get("records_done", 0),
+            s.get("pages", 0),
+            s.get("pages_per_second", 0),
+            sum(s.get("errors_by_kind", {}).values()),
+            s.get("finish_reason", ""),
+            s.get("seconds", ""),
+            s.get("node", ""),
+        ]
+        for s in sorted(shard_stats, key=lambda s: s["partition"])
+    ]
+    rows += [[key, "-", "-", "-", "-", "FAILED", "-", "-"] for key in failed]
+    if failed:
+        context.log.error(f"shards whose crawl failed in this run: {', '.join(failed)}")
+    context.add_output_metadata(
+        {
+            "run_shards": len(context.partition_keys),
+            "run_shards_crawled": len(shard_stats),
+            "run_shards_failed": len(failed),
+            "run_pages_fetched": pages,
+            "run_records_crawled": sum(s.get("records_done", 0) for s in shard_stats),
+            "run_records_resolved_by_crawl": resolved,
+            "run_pages_per_resolved_record": round(pages / resolved, 3) if resolved else 0.0,
+            "run_robots_refusals": sum(s.get("robots_refusals", 0) for s in shard_stats),
+            "run_errors_by_kind": dg.MetadataValue.json(dict(errors)),
+            "per_shard": dg.MetadataValue.md(
+                markdown_table(
+                    ["shard", "records", "pages", "pages/s", "errors", "finish", "s", "node"], rows
+                )
+            ),
+        }
+    )

@@ -1,0 +1,85 @@
+"""`enrich_job`: the whole chain for the configured dataset, every shard in one run.
+
+The crawl fans out one step per shard. Locally the steps run as parallel processes (multiprocess
+executor; `max_concurrent` defaults to ENRICH_MAX_PARALLEL or 8 because a crawl step mostly waits on
+politeness delays, not on the CPU); with ENRICH_EXECUTOR=celery they run on dagster-celery workers
+on any number of machines. The `crawl` concurrency pool (dagster.yaml) bounds crawls across runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from enrich_crawl.defs.assets import ASSETS
+from enrich_crawl.defs.datasets import dataset_spec
+from enrich_crawl.defs.partitions import ALL_SHARDS_TAGS
+
+# a spawned step process imports dagster, the definitions, pandas and pyarrow again: seconds of CPU
+# per step, on the critical path of every run; a fork from the preloaded server takes milliseconds
+FORKSERVER = {
+    "forkserver": {
+        "preload_modules": ["enrich_crawl.definitions", "pandas", "pyarrow.parquet", "pymongo"]
+    }
+}
+
+
+def _max_parallel() -> int:
+    raw = os.environ.get("ENRICH_MAX_PARALLEL", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 8
+
+
+@dg.configured(
+    dg.multiprocess_executor,
+    config_schema={
+        "max_concurrent": dg.Field(
+            int,
+            default_value=_max_parallel(),
+            is_required=False,
+            description="Steps (crawl processes) at once.",
+        ),
+        "start_method": dg.Field(
+            dg.Permissive(),
+            is_required=False,
+            description="`{spawn: {}}` or `{forkserver: {preload_modules: [...]}}`; default: a "
+            "forkserver preloading the definitions, pandas, pyarrow and pymongo.",
+        ),
+    },
+)
+def enrich_multiprocess_executor(config):
+    """The multiprocess executor with a crawl-friendly default concurrency, its step processes
+    forked from a server that has the definitions and the heavy libraries loaded already."""
+    return {
+        "max_concurrent": config["max_concurrent"],
+        "start_method": config.get("start_method") or FORKSERVER,
+    }
+
+
+def _executor():
+    kind = os.environ.get("ENRICH_EXECUTOR", "multiprocess").strip().lower()
+    if kind == "celery":
+        from dagster_celery import celery_executor
+
+        return celery_executor
+    if kind == "in_process":
+        return dg.in_process_executor
+    if kind != "multiprocess":
+        raise ValueError(f"ENRICH_EXECUTOR={kind!r}: use multiprocess, celery or in_process")
+    return enrich_multiprocess_executor
+
+
+enrich_job = dg.define_asset_job(
+    "enrich_job",
+    selection=dg.AssetSelection.assets(*ASSETS),
+    tags=ALL_SHARDS_TAGS,
+    executor_def=_executor(),
+    description="Load, crawl (all shards), resolve and merge the configured dataset.",
+)
+
+# the sensor registers new datasets of the watched folder with this job (one partition per dataset)
+register_datasets_job = dg.define_asset_job(
+    "register_datasets",
+    selection=dg.AssetSelection.assets(dataset_spec),
+    description="Validate and register a dataset spec of the watched folder (sensor dataset_specs).",
+)

@@ -1,0 +1,6 @@
+"""The fixed words of the mapping format (SPEC sections 2 and 3)."""
+
+RENDER_MODES = ("static", "js", "auto")
+FIELD_TYPES = ("string", "integer", "number", "boolean", "date", "list")
+URL_PATTERN_TYPES = ("regex", "glob", "prefix")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"

@@ -1,0 +1,141 @@
+"""The staging area: the files the stages hand to each other (docs/ARCHITECTURE.md).
+
+Every write is atomic (write to a temporary name, then rename), so a killed process never leaves a
+half-written file that a later stage would trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def json_default(value: Any) -> Any:
+    """JSON encoder fallback for the values we stage (dates, numpy scalars, sets)."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"cannot stage a value of type {type(value).__name__}")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=json_default, separators=(",", ":"))
+
+
+@contextmanager
+def atomic_write(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        encoding = None if "b" in mode else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(obj, ensure_ascii=False, default=json_default, indent=2))
+
+
+def read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def write_jsonl(path: Path, rows: Iterable[Any]) -> int:
+    count = 0
+    with atomic_write(path) as handle:
+        for row in rows:
+            handle.write(dumps(row))
+            handle.write("\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: Path) -> Iterator[Any]:
+    """Yield the rows of a JSON-lines file; a truncated last line (killed writer) is skipped."""
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+@dataclass(frozen=True)
+class DatasetStage:
+    """Paths of one dataset's staging area."""
+
+    root: Path
+    dataset: str
+
+    def __post_init__(self) -> None:
+        if not _SAFE_NAME.match(self.dataset):
+            raise ValueError(
+                f"dataset name {self.dataset!r} must be 1-128 characters of letters, digits, "
+                "'_', '.', '-' (it names a MongoDB collection and a folder)"
+            )
+
+    @property
+    def base(self) -> Path:
+        return self.root / self.dataset
+
+    # seed_dataset
+    @property
+    def seed_dir(self) -> Path:
+        return self.base / "seed"
+
+    @property
+    def seed_manifest(self) -> Path:
+        return self.seed_dir / "manifest.json"
+
+    def seed_shard(self, shard: str) -> Path:
+        return self.seed_dir / f"shard={shard}.parquet"
+
+    @property
+    def rejected(self) -> Path:
+        return self.seed_dir / "rejected.jsonl"
+
+    # crawl_results
+    def crawl_dir(self, shard: str) -> Path:
+        return self.base / "crawl" / shard
+
+    def candidates(self, shard: str) -> Path:
+        return self.crawl_dir(shard) / "candidates.jsonl"
+
+    def record_outcomes(self, shard: str) -> Path:
+        return self.crawl_dir(shard) / "records.jsonl"
+
+    def crawl_stats(self, shard: str) -> Path:
+        return self.crawl_dir(shard) / "stats.json"
+
+    # resolved_fields
+    def resolved(self, shard: str) -> Path:
+        return self.base / "resolved" / f"{shard}.jsonl"
+
+    def resolved_summary(self, shard: str) -> Path:
+        return self.base / "resolved" / f"{shard}.summary.json"

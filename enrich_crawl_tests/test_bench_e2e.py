@@ -1,0 +1,252 @@
+"""Smoke tests of the end-to-end benchmark code (bench/e2e) at tiny scale, so it keeps working.
+
+Not a benchmark: no timing is asserted. The generator is checked for determinism and for the
+consistency of its web, mappings and ground truth (every findable field is extracted by the mappings
+along its route); the baselines and the floor run on a tiny web through the virtual web; the
+politeness and accuracy scoring run on hand-made inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.e2e import generate as gen_mod
+from bench.e2e.common import Extractor, load_records, read_results
+from bench.e2e.measure import HostRules, accuracy, request_stats, run_measured
+from enrich_crawl.extract import MappingSet, Page
+from enrich_crawl.testing.web import read_log, running_web
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = gen_mod.GenConfig(seed=7, hosts=14, records=40, plugins=())
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> gen_mod.Generated:
+    out = tmp_path_factory.mktemp("bench") / "tiny"
+    gen = gen_mod.generate(TINY, out, log=lambda _msg: None)
+    # no latency: the baselines' crawls take seconds, not minutes
+    config = json.loads((gen.web / "_web.json").read_text())
+    config["latency"] = 0
+    for host in config["hosts"].values():
+        host.pop("latency", None)
+        host.pop("slow", None)
+        host.pop("hang", None)
+    (gen.web / "_web.json").write_text(json.dumps(config))
+    return gen
+
+
+def test_generator_is_deterministic(tiny, tmp_path):
+    again = gen_mod.generate(TINY, tmp_path / "again", log=lambda _msg: None)
+    assert (again.dataset_dir / "records.csv").read_bytes() == (
+        tiny.dataset_dir / "records.csv"
+    ).read_bytes()
+    assert again.truth_path.read_bytes() == tiny.truth_path.read_bytes()
+    assert again.manifest["files"] == tiny.manifest["files"]
+
+
+def test_generated_dataset_shape(tiny):
+    manifest = tiny.manifest
+    assert manifest["records"] == 40
+    assert manifest["hosts"] == 14
+    assert set(manifest["hosts_by_kind"]) == {"site", "shared", "directory"}
+    assert set(manifest["findable_by_depth"]) == {"0", "1", "2"}
+    assert manifest["unfindable_reasons"]  # faults and robots rules hide some fields
+    records, types = load_records(tiny.spec)
+    assert len(records) == 40 and set(types) == set(gen_mod.FIELDS)
+    truth = tiny.truth()
+    for record in records:
+        assert sorted(record.missing) == sorted(truth[record.id]["missing"])
+    assert MappingSet.load(tiny.mappings, strict=True)
+    spec = tiny.spec.read_text()
+    assert "virtual_web" not in spec.split("# No virtual_web")[1].split("\n", 1)[1]
+    pages = list((tiny.web).glob("*/index.html"))
+    assert pages and all(15_000 < p.stat().st_size < 80_000 for p in pages)
+    links = Page("http://x.example/", pages[0].read_bytes(), content_type="text/html").tree.xpath(
+        "//a/@href"
+    )
+    assert len(links) >= 50
+
+
+def _page_from_disk(gen: gen_mod.Generated, url: str) -> Page | None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    path = parts.path if not parts.path.endswith("/") else parts.path + "index.html"
+    file = gen.web / parts.hostname / path.lstrip("/")
+    if not file.is_file():
+        return None
+    return Page(url, file.read_bytes(), content_type="text/html")
+
+
+def test_truth_matches_what_the_mappings_extract(tiny):
+    """Walk each record's mapping links from its seeds on the files themselves (no robots, no
+    network): every findable field must be extracted with its true value within depth 2."""
+    records, types = load_records(tiny.spec)
+    extractor = Extractor(tiny.mappings, types)
+    truth = tiny.truth()
+    from enrich_crawl.extract import run_mapping
+    from enrich_crawl.urls import fragment_of, without_fragment
+
+    checked = 0
+    for record in records:
+        found: dict[str, object] = {}
+        frontier = [(url, 0) for url in record.urls]
+        seen = set()
+        while frontier:
+            url, depth = frontier.pop(0)
+            key = without_fragment(url)
+            if (key, fragment_of(url)) in seen:
+                continue
+            seen.add((key, fragment_of(url)))
+            page = _page_from_disk(tiny, key)
+            if page is None:
+                continue
+            for name, value in extractor.extract(
+                page, fragment=fragment_of(url), record_id=record.id, wanted=record.missing
+            ).items():
+                found.setdefault(name, value)
+            if depth < 2:
+                for mapping in extractor.mappings.matching(key):
+                    result = run_mapping(
+                        mapping, page, fragment=fragment_of(url), record_id=record.id
+                    )
+                    frontier += [(link, depth + 1) for link in result.links]
+        row = truth[record.id]
+        for field, findable in row["findable"].items():
+            if findable:
+                assert found.get(field) == row["truth"][field], (record.id, field)
+                checked += 1
+    assert checked > 40
+
+
+def test_web_without_delays_and_subsets(tiny):
+    nodelay = gen_mod.web_without_delays(tiny)
+    robots = [p for p in nodelay.glob("*/robots.txt")]
+    assert robots and all("Crawl-delay: 0" in p.read_text() for p in robots)
+    assert (nodelay / "_web.json").exists()
+    some = sorted(tiny.truth())[:5]
+    spec = gen_mod.subset(tiny, "five", some, crawl={"default_delay": 0.0})
+    records, _ = load_records(spec)
+    assert [r.id for r in records] == [r for r in sorted(some)] or len(records) == 5
+    assert "default_delay: 0.0" in spec.read_text()
+
+
+def test_baselines_and_floor_run_politely(tiny, tmp_path):
+    """Both baselines and the floor on 4 records of the tiny web, through the virtual web."""
+    nodelay = gen_mod.web_without_delays(tiny)
+    truth = tiny.truth()
+    sample = [r for r in sorted(truth) if truth[r]["family"] in ("site", "directory")][:4]
+    spec = gen_mod.subset(tiny, "smoke", sample, crawl={"default_delay": 0.0})
+    mappings = spec.parent / "mappings"
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
+    with running_web(nodelay, log_path=tmp_path / "requests.jsonl") as web:
+        outs = {}
+        for module in ("baseline_seed", "baseline_bfs"):
+            out = tmp_path / f"{module}.jsonl"
+            cmd = [sys.executable, "-m", f"bench.e2e.{module}", "--spec", str(spec)]
+            cmd += ["--mappings", str(mappings), "--shard", "0", "--shards", "1", "--out", str(out)]
+            cmd += ["--proxy", web.proxy_url, "--default-delay", "0", "--budget", "40"]
+            metrics = run_measured(module, cmd, env=env, log_dir=tmp_path, timeout=90)
+            assert metrics.returncode == 0, Path(metrics.stderr_path).read_text()[-2000:]
+            assert metrics.cpu_s > 0 and metrics.peak_rss_max_mb > 10
+            outs[module] = read_results([out])
+        urls = tmp_path / "urls.txt"
+        urls.write_text("".join(f"http://{h}/robots.txt\n" for h in tiny.hosts())[:2000])
+        floor = run_measured(
+            "floor",
+            [
+                sys.executable,
+                "-m",
+                "bench.e2e.floor",
+                "--urls",
+                str(urls),
+                "--proxy",
+                web.proxy_url,
+            ],
+            env=env,
+            log_dir=tmp_path,
+            timeout=60,
+        )
+        assert floor.returncode == 0
+        assert json.loads(Path(floor.stdout_path).read_text().splitlines()[-1])["pages"] > 0
+        entries = read_log(web.log_path)
+    rules = HostRules(nodelay, tiny.hosts())
+    types = {f: t for f, t in gen_mod.FIELDS.items()}
+    for module, results in outs.items():
+        assert set(results) == set(sample), module
+        mine = [e for e in entries if e["ua"].startswith(f"enrich_crawl-bench-{module[9:]}")]
+        stats = request_stats(mine, rules, default_delay=0.0)
+        assert stats["pages"] > 0
+        assert stats["violations_by_kind"]["disallowed"] == 0, stats["violation_examples"]
+        assert stats["violations_by_kind"]["before_robots"] == 0, stats["violation_examples"]
+        assert stats["violations_by_kind"]["overlapping"] == 0, stats["violation_examples"]
+        got = {r: v["fields"] for r, v in results.items()}
+        score = accuracy(truth, got, types, attempted=set(results))
+        assert score["accuracy"] == 1.0 and score["precision"] == 1.0, (module, score)
+
+
+def test_request_stats_finds_violations(tmp_path):
+    web = tmp_path / "web"
+    (web / "a.example").mkdir(parents=True)
+    (web / "a.example" / "robots.txt").write_text(
+        "User-agent: *\nCrawl-delay: 2\nDisallow: /private/\n"
+    )
+    hosts = {"a.example": {"robots": "ok"}, "b.example": {"robots": "error"}}
+
+    def req(t, host, path, dur=0.1):
+        return {"t": t, "host": host, "path": path, "ua": "bot/1", "status": 200, "dur": dur}
+
+    entries = [
+        req(0.0, "a.example", "/robots.txt"),
+        req(2.5, "a.example", "/"),
+        req(3.0, "a.example", "/about.html"),  # 0.5 s after the previous: too close
+        req(6.0, "a.example", "/private/x.html", dur=3.0),  # disallowed
+        req(7.0, "a.example", "/y.html"),  # overlaps the previous (and too close)
+        req(10.0, "b.example", "/"),  # before robots.txt; 5xx robots: disallowed
+    ]
+    stats = request_stats(entries, HostRules(web, hosts), default_delay=1.0)
+    kinds = stats["violations_by_kind"]
+    assert stats["pages"] == 5 and stats["robots_requests"] == 1
+    assert kinds == {
+        "disallowed": 2,
+        "before_robots": 1,
+        "too_close": 2,
+        "too_close_after_robots": 0,
+        "overlapping": 1,
+    }
+
+
+def test_accuracy_scores_records():
+    truth = {
+        "A": {
+            "missing": ["city", "founded", "ceo"],
+            "truth": {"city": "Lyon", "founded": 1999, "ceo": "X"},
+            "findable": {"city": True, "founded": True, "ceo": False},
+        },
+        "B": {
+            "missing": ["city"],
+            "truth": {"city": "Porto"},
+            "findable": {"city": True},
+        },
+    }
+    values = {"A": {"city": " Lyon ", "founded": 1999.0}, "B": {"city": "Braga"}}
+    score = accuracy(truth, values, {"city": "string", "founded": "integer", "ceo": "string"})
+    assert score["resolvable_records"] == 2 and score["resolved_records"] == 1
+    assert score["fields"]["correct"] == 2 and score["fields"]["wrong"] == 1
+    assert score["accuracy"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_bench_cli_parses():
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "e2e", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "--quick" in result.stdout

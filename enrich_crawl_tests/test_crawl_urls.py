@@ -1,0 +1,130 @@
+"""URL normalisation, page identity and the URL policy (deny lists, internal addresses)."""
+
+from __future__ import annotations
+
+import pytest
+
+from enrich_crawl.config import CrawlConfig
+from enrich_crawl.crawl.policy import HUGE_SITES_FILE, UrlPolicy, domain_in, read_domain_list
+from enrich_crawl.urls import normalise_url, page_key, private_ip
+
+
+@pytest.mark.parametrize(
+    "raw, url",
+    [
+        ("HTTP://Example.COM:80/a/../b/?b=2&a=1#frag", "http://example.com/b/?a=1&b=2#frag"),
+        ("https://x.example:443/a/./b/", "https://x.example/a/b/"),
+        ("x.example:8080/p", "http://x.example:8080/p"),
+        ("//x.example/p", "http://x.example/p"),
+        ("http://café.example/ü?q=é", "http://xn--caf-dma.example/%C3%BC?q=%C3%A9"),
+        ("http://2130706433/", "http://127.0.0.1/"),  # legacy IPv4 spellings, made explicit
+        ("http://0x7f.1/", "http://127.0.0.1/"),
+        ("http://[::1]:8080/", "http://[::1]:8080/"),
+        ("http://a.example/#org-caf%C3%A9", "http://a.example/#org-caf%C3%A9"),
+    ],
+)
+def test_normalise(raw, url):
+    assert normalise_url(raw) == (url, None)
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        ("javascript:void(0)", "unsupported scheme javascript:"),
+        ("mailto:a@b.example", "unsupported scheme mailto:"),
+        ("file:///etc/passwd", "unsupported scheme file:"),
+        ("ftp://x.example/", "unsupported scheme ftp:"),
+        ("http://999.1.1.1/", "bad IP address"),
+        ("http://user:pw@x.example/", "credentials"),
+        ("http:///x", "no host"),
+        ("http://exa mple.com/", "bad host"),
+        ("http://x.example:99999/", "invalid_url"),
+        ("htp//broken", "invalid_url"),
+        ("", "empty"),
+    ],
+)
+def test_invalid(raw, reason):
+    url, why = normalise_url(raw)
+    assert url is None and why.startswith("invalid_url") and reason in why
+
+
+def test_page_key_drops_fragment_and_tracking_parameters():
+    assert page_key("http://a.example/x?utm_source=n&id=3&gclid=9#f") == "http://a.example/x?id=3"
+    assert page_key("http://a.example/x?id=3") == "http://a.example/x?id=3"
+    assert page_key("http://a.example/x#f") == "http://a.example/x"
+
+
+@pytest.mark.parametrize(
+    "host, private",
+    [
+        ("127.0.0.1", True),
+        ("10.1.2.3", True),
+        ("192.168.0.1", True),
+        ("172.16.5.4", True),
+        ("169.254.169.254", True),
+        ("0.0.0.0", True),
+        ("[::1]", True),
+        ("fe80::1", True),
+        ("::ffff:10.0.0.1", True),
+        ("2130706433", True),
+        ("0177.0.0.1", True),
+        ("8.8.8.8", False),
+        ("example.com", False),
+        ("localhost", False),  # a name: refused when it resolves (enrich_crawl.crawl.resolver)
+    ],
+)
+def test_private_ip(host, private):
+    assert private_ip(host) is private
+
+
+def test_policy_refusals():
+    config = CrawlConfig.from_mapping(
+        {
+            "allowed_domains": ["ok.example", "youtube.com"],
+            "deny": [r"/logout"],
+            "deny_domains": ["blocked.ok.example"],
+        }
+    )
+    claimed = {"https://www.youtube.com/channel/acme"}
+    policy = UrlPolicy(config, allow_private=False, claimed=lambda url: url in claimed)
+    assert policy.check("http://ok.example/page") is None
+    assert policy.check("http://www.ok.example/page") is None  # subdomain of an allowed domain
+    assert policy.check("http://ok.example/logout")[0] == "denied"
+    assert policy.check("http://ok.example/file.PDF")[0] == "denied"
+    assert policy.check("http://ok.example/photo.jpeg?x=1")[0] == "denied"
+    assert policy.check("http://other.example/")[0] == "denied"  # outside allowed_domains
+    assert policy.check("http://blocked.ok.example/")[0] == "denied"
+    # a huge site is refused unless a mapping claims the URL
+    assert policy.check("https://www.youtube.com/watch?v=1")[0] == "denied"
+    assert policy.check("https://www.youtube.com/channel/acme") is None
+    assert policy.check("http://10.0.0.1/")[0] == "private_address"
+    assert policy.check("http://10.0.0.1/robots.txt", robots_fetch=True)[0] == "private_address"
+    assert UrlPolicy(config, allow_private=True).check("http://10.0.0.1/")[0] == "denied"
+
+
+def test_huge_sites_list_is_shipped_and_switchable(tmp_path):
+    sites = read_domain_list(HUGE_SITES_FILE)
+    assert len(sites) >= 150 and {"facebook.com", "youtube.com", "linkedin.com"} <= sites
+    assert domain_in("m.facebook.com", sites) and not domain_in("notfacebook.com", sites)
+    assert (
+        UrlPolicy(CrawlConfig(huge_sites=False), allow_private=False).check(
+            "https://facebook.com/x"
+        )
+        is None
+    )
+    custom = tmp_path / "sites.txt"
+    custom.write_text("# mine\nexample.net\n", encoding="utf-8")
+    policy = UrlPolicy(CrawlConfig(huge_sites_file=str(custom)), allow_private=False)
+    assert policy.check("http://www.example.net/")[0] == "denied"
+    assert policy.check("https://facebook.com/x") is None
+
+
+def test_crawl_config_errors_name_the_key():
+    with pytest.raises(ValueError, match=r"crawl\.deny: invalid regex"):
+        CrawlConfig.from_mapping({"deny": ["("]})
+    with pytest.raises(ValueError, match=r"crawl\.strategy"):
+        CrawlConfig.from_mapping({"strategy": "random"})
+    with pytest.raises(ValueError, match=r"crawl\.default_delay"):
+        CrawlConfig.from_mapping({"default_delay": -1})
+    with pytest.raises(ValueError, match=r"crawl\.huge_sites_file"):
+        CrawlConfig.from_mapping({"huge_sites_file": "/nonexistent/list.txt"})

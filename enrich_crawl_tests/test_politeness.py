@@ -1,0 +1,149 @@
+"""Politeness across the whole fleet: several crawl worker processes (one per partition) crawl one
+virtual web of 50+ hosts at the same time, sharing one MongoDB, and the server's request log must
+show that robots.txt came first on every host, that no disallowed path was ever requested, and that
+no two requests to one host came closer than its Crawl-delay (or the default delay), whichever
+worker sent them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from enrich_crawl.crawl.state import CrawlState, HostLimiter
+from enrich_crawl.testing.synthweb import build_synth_web, politeness_violations, run_workers
+from enrich_crawl.testing.web import requests_by_host, running_web
+
+
+@pytest.fixture(scope="module")
+def fleet_crawl(tmp_path_factory, mongo_server):
+    base = tmp_path_factory.mktemp("fleet")
+    # 50 sites (2 records each) + 3 registry hosts that every partition needs at the same time
+    web = build_synth_web(
+        base, hosts=50, records_per_host=2, registries=3, crawl_delay=0.2, default_delay=0.3
+    )
+    with running_web(web.root, log_path=base / "requests.jsonl") as server:
+        run = run_workers(
+            web.dataset,
+            web.mappings,
+            base / "work",
+            proxy=server.proxy_url,
+            shards=4,
+            mongo_uri=mongo_server.uri,
+            mongo_db=f"fleet_{int(time.time())}",
+        )
+        log = server.read_log()
+    return web, run, log
+
+
+def test_every_worker_finished_and_resolved_everything(fleet_crawl):
+    web, run, _log = fleet_crawl
+    assert set(run.returncodes.values()) == {0}, run.logs
+    assert len(run.stats) == 4
+    outcomes: dict[str, int] = {}
+    for stats in run.stats.values():
+        assert stats["finish_reason"] == "finished"
+        for outcome, count in stats["outcomes"].items():
+            outcomes[outcome] = outcomes.get(outcome, 0) + count
+    assert outcomes == {"resolved": web.records}
+    # the registries were crawled by several partitions: the shared limiter was in use
+    assert all(s["delays"]["limiter"]["shared"] for s in run.stats.values())
+
+
+def test_no_request_to_a_disallowed_path(fleet_crawl):
+    web, _run, log = fleet_crawl
+    assert politeness_violations(log, web)["disallowed"] == []
+    # the pages exist and are linked from every home page: only robots.txt kept the crawler out
+    assert any((web.root / h / "private" / "secret.html").exists() for h in web.hosts)
+
+
+def test_robots_txt_before_any_other_path_of_every_host(fleet_crawl):
+    web, _run, log = fleet_crawl
+    by_host = requests_by_host(log)
+    crawled = [h for h in web.hosts if h in by_host]
+    assert len(crawled) >= 50
+    assert politeness_violations(log, web)["robots_not_first"] == []
+
+
+def test_no_two_requests_to_a_host_closer_than_its_delay_across_workers(fleet_crawl):
+    web, run, log = fleet_crawl
+    problems = politeness_violations(log, web)["too_close"]
+    assert problems == [], "\n".join(problems[:20])
+    by_host = requests_by_host(log)
+    # the check has teeth: hosts were hit many times, by several workers for the registries
+    registries = [h for h in by_host if h.startswith("registry")]
+    assert len(registries) == 3
+    assert all(len(by_host[h]) >= 20 for h in registries)
+    # robots.txt + 2 records x (home, about, contact) on each site
+    assert sum(len(v) for h, v in by_host.items() if h.startswith("site")) == 50 * 7
+    # the delays in force differ by host (Crawl-delay 0.2, 0.3; default 0.3 without robots.txt)
+    delays = {}
+    for stats in run.stats.values():
+        delays.update(stats["delays"]["hosts_by_delay"])
+    assert {"0.2", "0.3"} <= set(delays)
+
+
+def test_statistics_of_each_partition(fleet_crawl):
+    _web, run, _log = fleet_crawl
+    for stats in run.stats.values():
+        assert stats["pages"] > 0 and stats["bytes"] > 0
+        assert stats["status_codes"].get("200", 0) > 0
+        assert stats["robots_fetched"] + stats["robots"].get("cache_hits", 0) > 0
+        assert stats["robots_refusals"] == 0  # disallowed links are never url_parser links
+        assert stats["pages_per_resolved_record"] is not None
+        assert stats["pages_per_resolved_record"] <= 4.5  # home, about, contact, registry
+        assert "started_at" in stats and stats["errors_by_kind"] == {}
+
+
+def test_shared_limiter_spaces_two_processes_on_one_host(mongo_server, mongo_db_name):
+    """Two limiters (two crawl processes) competing for one host: every send is at least the
+    delay after the previous answer, whichever process sent it."""
+    delay = 0.15
+
+    async def worker(name: str, log: list[tuple[float, float, str]]) -> None:
+        state = CrawlState(mongo_server.uri, mongo_db_name, worker=name)
+        await state.open()
+        limiter = HostLimiter(state, max_hold=0.3)
+        try:
+            for _ in range(6):
+                await limiter.acquire("one.example", delay, timeout=5.0)
+                sent = time.time()
+                await asyncio.sleep(0.01)  # the request in flight
+                answered = time.time()
+                log.append((sent, answered, name))
+                limiter.done("one.example", delay, keep=False)
+        finally:
+            await limiter.close()
+            await state.close()
+
+    async def main() -> list[tuple[float, float, str]]:
+        log: list[tuple[float, float, str]] = []
+        await asyncio.gather(worker("a", log), worker("b", log))
+        return sorted(log)
+
+    log = asyncio.run(main())
+    assert len(log) == 12 and {name for *_, name in log} == {"a", "b"}
+    for (_sent, answered, _), (next_sent, _, _) in itertools.pairwise(log):
+        assert next_sent - answered >= delay - 0.002
+
+
+def test_limiter_keeps_politeness_when_the_database_is_unreachable(tmp_path: Path):
+    """No shared state (database down): the crawl goes on, politeness per process only."""
+
+    async def main() -> tuple[float, bool]:
+        state = CrawlState(
+            "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300", "x", timeout_ms=300
+        )
+        await state.open()
+        limiter = HostLimiter(state)
+        waited = await limiter.acquire("h.example", 1.0, timeout=5.0)
+        shared = limiter.shared
+        await limiter.close()
+        await state.close()
+        return waited, shared
+
+    waited, shared = asyncio.run(main())
+    assert waited == 0.0 and shared is False
