@@ -17,7 +17,9 @@ QUICK = {
     "records": 300,
     "processes": 2,
     "baseline_budget": 60.0,
-    "bfs_records": 0,  # BFS time-budgeted like the seed baseline: no verdict at this size
+    "bfs_records": 0,
+    "bfs_compare_records": 20,
+    "bfs_budget": 600.0,
     "parallel_baselines": True,
     "scaling": (),
     "rss_small_records": 0,
@@ -28,7 +30,7 @@ QUICK = {
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x and int(x) > 0)
 
 
 def e2e_parser(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +52,19 @@ def e2e_parser(parser: argparse.ArgumentParser) -> None:
         help="records per process the Scrapy BFS crawls to the end (default 25; 0 = time budget)",
     )
     parser.add_argument("--bfs-budget", type=float, help="safety limit of that crawl (3600 s)")
+    parser.add_argument(
+        "--bfs-compare-records",
+        type=int,
+        help="records the product and the Scrapy BFS both crawl to the end on the web without "
+        "delays, for pages per resolved record (default 60; quick 20; 0 = BFS as a baseline on "
+        "the main web instead)",
+    )
+    parser.add_argument(
+        "--floor-requests",
+        type=int,
+        help="requests of the product the CPU floor refetches, an even sample (default 20000; "
+        "0 = all)",
+    )
     parallel = parser.add_mutually_exclusive_group()
     parallel.add_argument(
         "--parallel-baselines",
@@ -103,6 +118,8 @@ def run_e2e(args: argparse.Namespace) -> int:
         "baseline_budget",
         "bfs_records",
         "bfs_budget",
+        "bfs_compare_records",
+        "floor_requests",
         "parallel_baselines",
         "scaling",
         "scaling_cpu_records",

@@ -15,11 +15,17 @@ between requests (the browser is what is measured, not politeness), no results d
    crawl, the Playwright driver and every Chromium process: summed RSS sampled every 0.1 s, and
    PSS, which counts shared pages once) and memory over the first 50 pages against the last 50
    (sampled by the worker every 5 rendered pages);
-2. the static path: `--static-pages` static pages with a static mapping, crawled by this tree and
-   by a baseline tree without rendering support (`--baseline-dir`: a folder holding an
-   `enrich_crawl` package; `--baseline-ref`: a git commit, extracted with `git archive`),
-   interleaved rounds: pages/s of each, their ratio, and whether any browser or driver process
-   appeared (it must not).
+2. the static path: `--static-pages` static pages with a static mapping, in interleaved rounds of
+   the same run: `static` (no mapping renders: the browser handler is not even installed) against
+   `render_path` (the same crawl plus a `js` mapping that matches none of its pages: every page
+   goes through the browser download handler and the spider's render checks, and no page is
+   rendered): pages/s of each, their ratio, and which browser or driver processes appeared (none
+   may, in either). Optionally also a baseline tree (`--baseline-dir`: a folder holding an
+   `enrich_crawl` package; `--baseline-ref`: a git commit, extracted with `git archive`).
+
+Verdicts: `memory_flat` (the mean PSS of the whole tree over the last 50 pages is within 10 % of
+the first 50's, in every round) and `static_unaffected` (no browser process in any static crawl,
+and static pages/s within 10 % of the render path's, medians of the rounds).
 
 Results: bench/results/render.json (or --out).
 """
@@ -62,6 +68,9 @@ CRAWL = {
     "shared_limiter": False,
 }
 BROWSER_PROCESSES = ("chromium", "chrome", "node", "headless_shell")
+MEMORY_KEYS = ("rss_mb", "pss_mb", "crawl_pss_mb", "driver_pss_mb", "browser_pss_mb")
+FLAT = 1.10  # last-50 memory over first-50 memory still called flat
+SAME = 0.10  # static pages/s within this fraction of each other: unaffected
 
 
 class TreeSampler:
@@ -230,8 +239,9 @@ def render_figures(result: dict[str, Any], pages: int) -> dict[str, Any]:
         "peak_tree_rss_mb": result["peak_tree_rss_mb"],
         "peak_tree_pss_mb": result["peak_tree_pss_mb"],
         "peak_processes": result["peak_processes"],
-        "first_50": {"rss_mb": mean(first, "rss_mb"), "pss_mb": mean(first, "pss_mb")},
-        "last_50": {"rss_mb": mean(last, "rss_mb"), "pss_mb": mean(last, "pss_mb")},
+        # means over the samples of pages 5-50 and of the last 50 pages, whole tree and by part
+        "first_50": {key: mean(first, key) for key in MEMORY_KEYS if first and key in first[0]},
+        "last_50": {key: mean(last, key) for key in MEMORY_KEYS if last and key in last[0]},
         "last_over_first_pss": round(mean(last, "pss_mb") / mean(first, "pss_mb"), 3)
         if first and last
         else None,
@@ -294,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         static_rows = [{"id": r["id"], "url": r["static_url"]} for r in rows][: args.static_pages]
         js_folder, js_prepared = _dataset(tmp, "render", js_rows, BENCH_MAPPING)
         st_folder, st_prepared = _dataset(tmp, "static", static_rows, BENCH_STATIC_MAPPING)
+        # the same static crawl with the render code path on: a js mapping no static page matches
+        rp_folder = tmp / "render_path_mappings"
+        shutil.copytree(st_folder, rp_folder)
+        (rp_folder / "bench_js.json").write_text(json.dumps(BENCH_MAPPING), encoding="utf-8")
         baseline, baseline_label = baseline_tree(args, tmp)
         report: dict[str, Any] = {
             "benchmark": "render",
@@ -353,17 +367,20 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds": rounds,
             }
 
-            static: dict[str, list[dict[str, Any]]] = {"current": [], "baseline": []}
+            static: dict[str, list[dict[str, Any]]] = {
+                "static": [],
+                "render_path": [],
+                "baseline": [],
+            }
             static_rounds = args.rounds if args.static_rounds is None else args.static_rounds
+            kinds = ["static", "render_path"] + (["baseline"] if baseline is not None else [])
             for i in range(static_rounds):
-                order = ["current", "baseline"] if i % 2 == 0 else ["baseline", "current"]
+                order = kinds[i % len(kinds) :] + kinds[: i % len(kinds)]
                 for which in order:
-                    if which == "baseline" and baseline is None:
-                        continue
                     result = run_worker(
                         tmp,
                         f"static-{which}-{i}",
-                        st_folder,
+                        rp_folder if which == "render_path" else st_folder,
                         st_prepared,
                         proxy,
                         pythonpath=baseline if which == "baseline" else None,
@@ -383,29 +400,51 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"static {which} round {i}: {row['pages_per_second']} pages/s", flush=True
                     )
-        current = [r["pages_per_second"] for r in static["current"]]
+        current = [r["pages_per_second"] for r in static["static"]]
+        render_path = [r["pages_per_second"] for r in static["render_path"]]
         base = [r["pages_per_second"] for r in static["baseline"]]
+
+        def ratio(a: list[float], b: list[float]) -> float | None:
+            return round(statistics.median(a) / statistics.median(b), 3) if a and b else None
+
+        seen = {
+            which: sorted({p for r in rows for p in r["browser_processes"]})
+            for which, rows in static.items()
+        }
         report["static"] = {
             "pages": len(static_rows),
+            "static_pages_per_second": _summary(current),
+            "render_path_pages_per_second": _summary(render_path),
+            "static_over_render_path": ratio(current, render_path),
+            "pages_rendered": {
+                which: sorted({r["render"]["rendered_js"] for r in rows if r.get("render")})
+                for which, rows in static.items()
+                if which != "baseline"
+            },
+            "browser_processes_seen": seen,
             "baseline": baseline_label,
-            "current_pages_per_second": _summary(current),
             "baseline_pages_per_second": _summary(base),
-            "current_over_baseline": round(statistics.median(current) / statistics.median(base), 3)
-            if base and current
-            else None,
-            "browser_processes_seen": sorted(
-                {p for r in static["current"] for p in r["browser_processes"]}
-            ),
+            "static_over_baseline": ratio(current, base),
             "rounds": static,
+        }
+        flat = [r["last_over_first_pss"] for r in report["rendering"]["rounds"]]
+        over = report["static"]["static_over_render_path"]
+        report["verdicts"] = {
+            # None: no rendering rounds in this run (--rounds 0)
+            "memory_flat": all(x is not None and x <= FLAT for x in flat) if flat else None,
+            "static_unaffected": not any(seen.values()) and over is not None and over >= 1 - SAME,
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(
-        json.dumps({k: report[k] for k in ("rendering", "static") if k in report}, indent=1)[:4000]
-    )
+    brief = {
+        "rendering": {k: v for k, v in report["rendering"].items() if k != "rounds"},
+        "static": {k: v for k, v in report["static"].items() if k != "rounds"},
+        "verdicts": report["verdicts"],
+    }
+    print(json.dumps(brief, indent=1))
     print(f"written {out}")
     return 0
 

@@ -44,16 +44,80 @@ concurrency:
 """
 
 
-def ensure_dagster_home() -> Path:
-    """DAGSTER_HOME, or a project-local `.dagster_home` (created) when unset."""
+INIT_MARK = ".enrich_crawl_initialised"  # in the home: storage set up for this dagster.yaml
+INIT_LOCK = ".enrich_crawl_init.lock"
+
+
+def ensure_dagster_home(*, initialise: bool = True) -> Path:
+    """DAGSTER_HOME, or a project-local `.dagster_home` (created) when unset.
+
+    With `initialise`, the instance's storage is set up once, here, before anything uses it
+    concurrently: several processes opening a new SQLite instance at once (two `enrich-crawl run`,
+    the run and its step processes) race to create its tables and stamp its migrations ("table
+    alembic_version already exists", "more than one head"). A file lock makes one process do it;
+    a mark (the hash of dagster.yaml) spares the others and later calls the work."""
     raw = os.environ.get("DAGSTER_HOME")
     home = Path(raw).expanduser().resolve() if raw else (Path.cwd() / LOCAL_HOME).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
-        config.write_text(LOCAL_INSTANCE_YAML, encoding="utf-8")
+        # written whole under a temporary name: a concurrent reader never sees half a file
+        tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
+        tmp.write_text(LOCAL_INSTANCE_YAML, encoding="utf-8")
+        if not config.exists():
+            tmp.replace(config)
+        else:
+            tmp.unlink(missing_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
+    if initialise:
+        initialise_instance(home)
     return home
+
+
+def _config_digest(home: Path) -> str:
+    import hashlib
+
+    try:
+        return hashlib.sha1((home / "dagster.yaml").read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def initialise_instance(home: Path) -> bool:
+    """Create the storage of the instance in `home` (runs, event logs, schedules) unless it was
+    already done for its current dagster.yaml; True when this call did it."""
+    digest = _config_digest(home)
+    mark = home / INIT_MARK
+    if _read_text(mark) == digest:
+        return False
+    import fcntl
+
+    with open(home / INIT_LOCK, "a+", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if _read_text(mark) == digest:  # another process did it while we waited
+            return False
+        import dagster as dg
+
+        try:
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                # each call opens (and so creates and migrates) one of the storages
+                instance.get_runs(limit=1)
+                instance.get_backfills()
+                instance.all_asset_keys()
+                instance.all_instigator_state()
+        except Exception as exc:  # e.g. a PostgreSQL instance not reachable: whoever uses the
+            # instance next reports it; commands that do not need it (export) go on
+            sys.stderr.write(f"Dagster instance in {home} not initialised: {exc}\n")
+            return False
+        mark.write_text(digest, encoding="utf-8")
+        return True
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text("utf-8")
+    except OSError:
+        return None
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -184,7 +184,7 @@ def test_baselines_and_floor_run_politely(tiny, tmp_path):
         assert stats["pages"] > 0
         assert stats["violations_by_kind"]["disallowed"] == 0, stats["violation_examples"]
         assert stats["violations_by_kind"]["before_robots"] == 0, stats["violation_examples"]
-        assert stats["violations_by_kind"]["overlapping"] == 0, stats["violation_examples"]
+        assert stats["violations_by_kind"]["overlapping"] == 0, (module, stats["violation_examples"])
         got = {r: v["fields"] for r, v in results.items()}
         score = accuracy(truth, got, types, attempted=set(results))
         assert score["accuracy"] == 1.0 and score["precision"] == 1.0, (module, score)
@@ -204,14 +204,17 @@ def test_request_stats_finds_violations(tmp_path):
     entries = [
         req(0.0, "a.example", "/robots.txt"),
         req(2.5, "a.example", "/"),
-        req(3.0, "a.example", "/about.html"),  # 0.5 s after the previous: too close
+        req(3.0, "a.example", "/about.html"),  # 0.4 s after the previous answer: too close
         req(6.0, "a.example", "/private/x.html", dur=3.0),  # disallowed
-        req(7.0, "a.example", "/y.html"),  # overlaps the previous (and too close)
+        req(7.0, "a.example", "/y.html"),  # arrives while the previous is answered: overlaps
+        req(11.5, "a.example", "/z.html", dur=1.5),  # answered at 13.0
+        # 2.1 s after the previous arrival but 0.6 s after its answer: too close
+        req(13.6, "a.example", "/w.html"),
         req(10.0, "b.example", "/"),  # before robots.txt; 5xx robots: disallowed
     ]
     stats = request_stats(entries, HostRules(web, hosts), default_delay=1.0)
     kinds = stats["violations_by_kind"]
-    assert stats["pages"] == 5 and stats["robots_requests"] == 1
+    assert stats["pages"] == 7 and stats["robots_requests"] == 1
     assert kinds == {
         "disallowed": 2,
         "before_robots": 1,

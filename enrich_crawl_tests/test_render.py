@@ -39,7 +39,8 @@ CRAWL = {
     "default_delay": 0.1,
     "download_timeout": 5,
     "retries": 0,
-    "render_timeout": 6,
+    # generous: the machine is shared; the page that never loads costs this much once
+    "render_timeout": 10,
 }
 JS_RECORDS = ("inject", "fetch", "lazy", "polite1", "polite2", "polite3")
 OUR_HOSTS = {
@@ -69,18 +70,43 @@ def _chromium():
 
 
 def _workers() -> list[psutil.Process]:
+    """This test's crawl workers (children of this process: not those of other test runs or
+    benchmarks on the machine)."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if "enrich_crawl.crawl.worker" in cmdline and proc.pid != os.getpid():
-            found.append(proc)
+    with suppress(psutil.Error):
+        for proc in psutil.Process(os.getpid()).children(recursive=True):
+            with suppress(psutil.Error):
+                if "enrich_crawl.crawl.worker" in proc.cmdline():
+                    found.append(proc)
     return found
 
 
+class Watch:
+    """What the crawl workers started: process names, and the processes themselves."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.processes: dict[int, psutil.Process] = {}
+
+    def left_behind(self, grace: float = 3.0) -> list[str]:
+        """The processes the workers started that still run once the workers exited (same pid
+        and start time; a moment allowed for the last ones to go)."""
+        deadline = time.monotonic() + grace
+        while True:
+            alive = []
+            for proc in self.processes.values():
+                with suppress(psutil.Error):
+                    if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                        alive.append(f"{proc.pid} {proc.name()} {' '.join(proc.cmdline())[:80]}")
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.1)
+
+
 @contextmanager
-def watching_workers(on_poll=None) -> Iterator[set[str]]:
-    """While the block runs: names of the processes started by crawl workers (descendants)."""
-    seen: set[str] = set()
+def watching_workers(on_poll=None) -> Iterator[Watch]:
+    """While the block runs: the processes started by crawl workers (their descendants)."""
+    seen = Watch()
     stop = threading.Event()
 
     def poll() -> None:
@@ -92,7 +118,8 @@ def watching_workers(on_poll=None) -> Iterator[set[str]]:
                     continue
                 for child in children:
                     with suppress(psutil.Error):
-                        seen.add(child.name())
+                        seen.names.add(child.name())
+                        seen.processes.setdefault(child.pid, child)
                 if on_poll is not None:
                     on_poll(children)
             time.sleep(0.05)
@@ -120,7 +147,13 @@ def _crawl(base: Path, web: Path, mappings: dict):
     rows = [{"id": rid, "url": url} for rid, (url, _) in ROWS.items()]
     dataset, folder = write_dataset(base, rows, fields=FIELDS, mappings=mappings, crawl=CRAWL)
     prepared = seed_shards(dataset, base / "work", 1)
-    with running_web(web, log_path=base / "requests.jsonl") as server, watching_workers() as seen:
+    with (
+        pytest.MonkeyPatch.context() as env,
+        running_web(web, log_path=base / "requests.jsonl") as server,
+        watching_workers() as seen,
+    ):
+        # a smaller V8 heap: the runaway page crashes its renderer sooner and cheaper
+        env.setenv("ENRICH_RENDER_JS_HEAP_MB", "128")
         run = run_workers(
             dataset,
             folder,
@@ -139,7 +172,9 @@ def _crawl(base: Path, web: Path, mappings: dict):
         "candidates": _candidates(base / "work"),
         "log": log,
         "by_host": requests_by_host(log),
-        "processes": set(seen),
+        "processes": set(seen.names),
+        "left_behind": seen.left_behind(),
+        "browser_processes": len(seen.processes),
         "base": base,
         "prepared": prepared,
     }
@@ -273,11 +308,11 @@ def test_a_page_that_never_finishes_times_out_and_the_run_goes_on(js_crawl):
 def test_browser_hygiene(js_crawl):
     browser = js_crawl["stats"]["render"]["browser"]
     paths = [e["path"] for e in js_crawl["by_host"]["js-fetch.test"]]
-    # the stylesheet, the image and the font were never requested
+    # the stylesheet, the image, the font and the video were never requested
     assert paths == ["/robots.txt", "/", "/static/app.js", "/api/company.json"]
     sub = browser["subresources"]
     assert sub["aborted/stylesheet"] == 1 and sub["aborted/image"] == 1
-    assert sub["aborted/font"] == 1
+    assert sub["aborted/font"] == 1 and sub["aborted/media"] == 1
     # every page opened was closed; pages and contexts stayed within their bounds
     assert browser["pages_opened"] == browser["pages_closed"] == 10  # 9 renders + 1 retry
     assert browser["max_concurrent_pages"] <= browser["config"]["concurrency"]
@@ -320,6 +355,12 @@ def test_rendered_fetches_are_as_polite_as_static_ones(js_crawl):
         assert polite[i]["t"] - (previous["t"] + previous["dur"]) >= 1.0 - 0.05, polite
 
 
+def test_no_browser_process_outlives_the_crawl(js_crawl):
+    # the driver and every Chromium process (browser, renderers, utilities) the worker started
+    assert js_crawl["browser_processes"] >= 3
+    assert js_crawl["left_behind"] == []
+
+
 # -- the static path ----------------------------------------------------------------------------
 
 
@@ -338,6 +379,7 @@ def test_a_static_crawl_starts_no_browser(js_crawl, static_crawl):
     # the process watch sees the browser when there is one, and none in the static crawl
     assert "chromium" in js_crawl["processes"]
     assert not {"chromium", "node"} & static_crawl["processes"]
+    assert static_crawl["browser_processes"] == 0
     # the static crawl got what static HTML has
     assert _value(static_crawl, "auto_static") == "Turku"
     assert _value(static_crawl, "crash", "name") == "Crash Co"
@@ -402,11 +444,12 @@ def test_a_browser_killed_mid_page_is_replaced_and_the_page_retried_once(tmp_pat
                 os.kill(child.pid, signal.SIGKILL)
                 killed.append(child.pid)
 
-    with running_web(web, log_path=log_path) as server, watching_workers(kill_browser):
+    with running_web(web, log_path=log_path) as server, watching_workers(kill_browser) as seen:
         run = run_workers(
             dataset, folder, tmp_path / "work", proxy=server.proxy_url, shards=1, user_agent=UA
         )
     assert run.returncodes == {"s00": 0}, run.logs["s00"][-3000:]
+    assert seen.left_behind() == []  # neither the killed browser's renderers nor the new one
     assert killed, "the browser was never seen"
     stats = run.stats["s00"]
     browser = stats["render"]["browser"]
@@ -450,3 +493,87 @@ def test_looks_script_built(html, built, signal):
     assert bool(verdict) is built, verdict
     if signal:
         assert signal in verdict.signals
+
+
+# -- no browser at all ---------------------------------------------------------------------------
+
+
+def test_a_missing_browser_fails_renders_not_the_run(tmp_path, monkeypatch):
+    # ENRICH_CHROMIUM names nothing: the js pages keep their static version, with the reason
+    monkeypatch.setenv("ENRICH_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    web = tmp_path / "web"
+    build_js_web(web)
+    rows = [{"id": rid, "url": ROWS[rid][0]} for rid in ("inject", "fetch", "auto_static")]
+    dataset, folder = write_dataset(tmp_path, rows, fields=FIELDS, mappings=MAPPINGS, crawl=CRAWL)
+    with running_web(web) as server, watching_workers() as seen:
+        run = run_workers(
+            dataset, folder, tmp_path / "work", proxy=server.proxy_url, shards=1, user_agent=UA
+        )
+    assert run.returncodes == {"s00": 0}, run.logs["s00"][-3000:]
+    outcomes = read_outcomes(tmp_path / "work")
+    for rid in ("inject", "fetch"):
+        (error,) = outcomes[rid]["errors"]
+        assert error["reason"] == "render_error", error
+        assert "did not start" in error["detail"], error
+    found = _candidates(tmp_path / "work")
+    assert found["inject"]["name"]["value"] == "Inject Co"  # the static page still served
+    assert "value" not in found["inject"]
+    assert found["auto_static"]["value"]["value"] == "Turku"  # auto: nothing to render
+    browser = run.stats["s00"]["render"]["browser"]
+    assert browser["failed"] == {"browser_start": 1}  # tried once, not once per page
+    assert browser["browser_launched"] == 0
+    assert "no-such-chromium" in run.logs["s00"]
+    assert seen.left_behind() == []
+
+
+# -- options and settings --------------------------------------------------------------------------
+
+
+def test_wait_for_is_refused_on_a_static_mapping():
+    from enrich_crawl.extract.mapping import MappingError, compile_mapping
+
+    raw = dict(MAPPINGS["js_lazy"])
+    assert compile_mapping(raw).wait_for == "#item-25"
+    assert compile_mapping(dict(raw, render="auto")).render == "auto"
+    raw.pop("render")
+    with pytest.raises(MappingError) as caught:
+        compile_mapping(raw)
+    assert caught.value.problems[0][0] == "$.wait_for"
+    with pytest.raises(MappingError) as caught:
+        compile_mapping(dict(raw, render="sometimes", wait_for="#x"))
+    assert caught.value.problems[0][0] == "$.render"
+
+
+def test_browser_knobs_from_the_environment_and_the_params(monkeypatch):
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.crawl.settings import build_settings
+
+    monkeypatch.setenv("ENRICH_CHROMIUM", "/opt/chromium/chrome")
+    monkeypatch.setenv("ENRICH_RENDER_CONCURRENCY", "2")
+    monkeypatch.setenv("ENRICH_RENDER_MAX_CONTEXTS", "3")
+    monkeypatch.setenv("ENRICH_RENDER_RECYCLE_AFTER", "20")
+    monkeypatch.setenv("ENRICH_RENDER_THIRD_PARTY", "no")
+    params = WorkerParams("d", "s00", "x", "y", "m", {}, crawl={"render_timeout": 12})
+    settings = build_settings(params, render=True)
+    assert settings["PLAYWRIGHT_LAUNCH_OPTIONS"]["executable_path"] == "/opt/chromium/chrome"
+    args = settings["PLAYWRIGHT_LAUNCH_OPTIONS"]["args"]
+    for flag in (
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+    ):
+        assert flag in args
+    assert settings["PLAYWRIGHT_MAX_PAGES_PER_CONTEXT"] == 2
+    assert settings["PLAYWRIGHT_MAX_CONTEXTS"] == 3
+    render = settings["ENRICH_RENDER"]
+    assert (render["recycle_after"], render["third_party"], render["timeout"]) == (20, False, 12.0)
+    # the params' own overrides win over the environment
+    params.render = {"concurrency": 1}
+    assert build_settings(params, render=True)["PLAYWRIGHT_MAX_PAGES_PER_CONTEXT"] == 1
+    monkeypatch.setenv("ENRICH_RENDER_CONCURRENCY", "two")
+    params.render = {}
+    with pytest.raises(ValueError, match="concurrency"):
+        build_settings(params, render=True)

@@ -10,12 +10,15 @@ such sites); restricting to the host is what the seed story's crawler did with `
 is the charitable choice, so the comparison with the product is conservative.
 
 Politeness, the same as the product: robots.txt (RFC 9309: 4xx allow all, 5xx/unreachable disallow
-all) fetched before any other path of a host, Crawl-delay honoured (default 1 s), one request at a
-time (sequential anyway), retries with backoff on 5xx/429/timeouts, 30 s timeout. No cache across
-records beyond robots.txt (the seed crawler had none): each record's crawl stands alone.
+all) fetched before any other path of a host, Crawl-delay honoured (default 1 s) counted from the
+previous answer to the next request, redirects followed one polite request at a time, one request at
+a time per host across all processes (``--lock-dir``: one file per host, locked while a process
+waits for its turn and fetches, holding the time of the host's last answer), retries with backoff
+on 5xx/429/timeouts, 30 s timeout. No cache across records beyond robots.txt (the seed crawler had
+none): each record's crawl stands alone.
 
     python -m bench.e2e.baseline_seed --spec SPEC --mappings DIR --shard I --shards P \
-        --out results.jsonl [--proxy URL --ca FILE --budget SECONDS --depth 2]
+        --out results.jsonl [--proxy URL --ca FILE --budget SECONDS --depth 2 --lock-dir DIR]
 
 Writes one JSON line per finished record (``{"record", "fields", "pages", "errors", "seconds"}``)
 and prints final statistics as JSON on stdout.
@@ -24,11 +27,16 @@ and prints final statistics as JSON on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
+import os
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urljoin
 
 import requests
 import urllib3
@@ -49,6 +57,8 @@ from bench.e2e.common import (
 from enrich_crawl.extract import Page
 from enrich_crawl.urls import fragment_of, without_fragment
 
+MAX_REDIRECTS = 5
+
 
 class PoliteSession:
     """Sequential fetching with robots.txt and per-host delays."""
@@ -62,6 +72,7 @@ class PoliteSession:
         default_delay: float = DEFAULT_DELAY,
         timeout: float = 30.0,
         retries: int = 2,
+        lock_dir: Path | None = None,
     ):
         self.session = requests.Session()
         self.session.headers["User-Agent"] = user_agent
@@ -77,28 +88,64 @@ class PoliteSession:
         self.retries = retries
         self.robots: dict[str, RobotsRules] = {}
         self.delays: dict[str, float] = {}
-        self.last: dict[str, float] = {}  # host -> monotonic time of the last request sent
+        self.last: dict[str, float] = {}  # host -> epoch time of its last answer (this process)
+        self.lock_dir = lock_dir
+        if lock_dir is not None:
+            lock_dir.mkdir(parents=True, exist_ok=True)
         self.requests = 0
 
-    def _wait(self, host: str) -> None:
+    @contextlib.contextmanager
+    def _turn(self, host: str) -> Iterator[None]:
+        """The host's turn: its delay after its last answer (of any process sharing lock_dir),
+        and no other request to it until this one is answered."""
+        delay = self.delays.get(host, self.default_delay)
+        fd = None
         last = self.last.get(host)
-        if last is not None:
-            delay = self.delays.get(host, self.default_delay)
-            pause = last + delay - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
+        if self.lock_dir is not None:
+            fd = os.open(self.lock_dir / f"{host}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            text = os.pread(fd, 64, 0).strip()
+            last = float(text) if text else None
+        try:
+            if last is not None:
+                pause = last + delay - time.time()
+                if pause > 0:
+                    time.sleep(pause)
+            yield
+        finally:
+            answered = time.time()
+            self.last[host] = answered
+            if fd is not None:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, repr(answered).encode(), 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    def _send(self, url: str) -> requests.Response | None:
+        """One GET, redirects followed one polite request at a time (robots.txt of a new host
+        first); None when no answer came."""
+        response = None
+        for _hop in range(MAX_REDIRECTS + 1):
+            with self._turn(host_key(url)):
+                self.requests += 1
+                try:
+                    response = self.session.get(url, timeout=self.timeout, allow_redirects=False)
+                except requests.RequestException:
+                    return None
+            location = response.headers.get("Location") if response.is_redirect else None
+            if not location:
+                return response
+            url = urljoin(url, location)
+            if not url.endswith("/robots.txt") and not self.rules(url).allowed(
+                url, self.user_agent
+            ):
+                return response
+        return response
 
     def _get(self, url: str) -> requests.Response | None:
         """One polite GET with retries; None when no answer came."""
-        host = host_key(url)
         for attempt in range(self.retries + 1):
-            self._wait(host)
-            self.last[host] = time.monotonic()
-            self.requests += 1
-            try:
-                response = self.session.get(url, timeout=self.timeout, allow_redirects=True)
-            except requests.RequestException:
-                response = None
+            response = self._send(url)
             if response is not None and response.status_code not in RETRY_CODES:
                 return response
             if attempt < self.retries:
@@ -189,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         "--max-records", type=int, default=0, help="crawl only the shard's first N records (0: all)"
     )
     parser.add_argument("--default-delay", type=float, default=DEFAULT_DELAY)
+    parser.add_argument(
+        "--lock-dir", type=Path, default=None, help="per-host turns shared by all processes"
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -197,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_records > 0:  # records are in random order (the generator shuffles them)
         mine = mine[: args.max_records]
     extractor = Extractor(args.mappings, field_types)
-    session = PoliteSession(proxy=args.proxy, ca=args.ca, default_delay=args.default_delay)
+    session = PoliteSession(
+        proxy=args.proxy, ca=args.ca, default_delay=args.default_delay, lock_dir=args.lock_dir
+    )
     deadline = started + args.budget if args.budget > 0 else float("inf")
     done = pages = 0
     cut = False

@@ -68,6 +68,11 @@ class SuiteConfig:
     bfs_records: int = 25
     bfs_budget: float = 3600.0
     parallel_baselines: bool = False
+    # pages per resolved record against BFS: both crawl the same sample to the end on the web
+    # without delays (BFS to depth 2 of every same-host link takes hours per record at 1 s/page)
+    bfs_compare_records: int = 60
+    # the CPU floor refetches an even sample of the product's requests (0: all of them)
+    floor_requests: int = 20000
     scaling: tuple[int, ...] = (1, 2, 4, 8)
     scaling_cpu_records: int = 4000
     scaling_politeness_hosts: int = 20
@@ -158,14 +163,18 @@ class Suite:
             if "product" not in skip:
                 product = self.product(gen.spec, gen.mappings, self.cfg.processes, "product")
                 self.systems.append(product)
-            if "seed" not in skip or "bfs" not in skip:
-                self.systems += self.baselines()
+            compare = "bfs" not in skip and self.cfg.bfs_compare_records > 0
+            if "seed" not in skip or ("bfs" not in skip and not compare):
+                self.systems += self.baselines(with_bfs=not compare)
+            if compare:
+                self.results["bfs_compare"] = self._guarded("bfs compare", self.bfs_compare)
             if "floor" not in skip and product is not None:
                 self.systems.append(self.floor(product))
+            # a part that fails is reported as failed; the figures of the others are kept
             if "rss" not in skip and product is not None and self.cfg.rss_small_records:
-                self.results["rss_check"] = self.rss_check(product)
+                self.results["rss_check"] = self._guarded("rss check", self.rss_check, product)
             if "scaling" not in skip and self.cfg.scaling:
-                self.results["scaling"] = self.scaling()
+                self.results["scaling"] = self._guarded("scaling", self.scaling)
         for system in self.systems:  # the raw request entries stay out of the report
             system.log.pop("_entries", None)
         self.results["systems"] = [dataclasses.asdict(s) for s in self.systems]
@@ -173,6 +182,16 @@ class Suite:
         self.results["checks"] = self.checks()
         self.results["seconds"] = round(time.monotonic() - started, 1)
         return self.results
+
+    def _guarded(self, what: str, part: Callable[..., dict[str, Any]], *args: Any) -> Any:
+        try:
+            return part(*args)
+        except Exception as exc:
+            import traceback
+
+            self.say(f"{what} failed: {exc!r}")
+            self.results.setdefault("failures", {})[what] = traceback.format_exc()[-3000:]
+            return None
 
     # -- the product -----------------------------------------------------------------------------------
 
@@ -214,10 +233,12 @@ class Suite:
             check=False,
         )
         self.say(f"{label}: enrich-crawl run, {shards} partitions ...")
+        db_cpu_before = self._db_cpu()
         metrics = run_measured(
             label, cmd, env=env, cwd=self.work / label, log_dir=self.work / "logs",
             timeout=self.cfg.run_timeout,
         )  # fmt: skip
+        db_cpu = self._db_cpu() - db_cpu_before
         delay = float((raw.get("crawl") or {}).get("default_delay", 1.0))
         log = self._log_stats(metrics, PRODUCT_UA_PREFIX, delay, web_root=self._web_root(spec))
         truth = gen_mod.read_truth(spec.parent / "truth.jsonl")
@@ -233,12 +254,29 @@ class Suite:
             metrics.to_dict(),
             log,
             acc,
-            extra={"shards": shards, "summary": _tail(metrics.stdout_path, 25)},
+            extra={
+                "shards": shards,
+                # the MongoDB server's own CPU (nx-27017, Python/SQLite: far costlier than a real
+                # mongod), outside the product's process tree; reported apart
+                "db_server_cpu_s": round(db_cpu, 3),
+                "summary": _tail(metrics.stdout_path, 25),
+            },
         )
         if metrics.returncode != 0:
             result.extra["stderr_tail"] = _tail(metrics.stderr_path, 40)
         self._say_row(result)
         return result
+
+    def _db_cpu(self) -> float:
+        """CPU seconds (user+sys) the MongoDB server process has used so far."""
+        import psutil
+
+        proc = getattr(self.mongo, "_proc", None)
+        try:
+            times = psutil.Process(proc.pid).cpu_times()
+        except (AttributeError, psutil.Error):
+            return 0.0
+        return times.user + times.system
 
     def _web_root(self, spec: Path) -> Path:
         return self._override_web_root or self.gen.web
@@ -260,12 +298,13 @@ class Suite:
 
     # -- baselines -------------------------------------------------------------------------------------
 
-    def baselines(self) -> list[SystemResult]:
+    def baselines(self, *, with_bfs: bool = True) -> list[SystemResult]:
         gen, cfg, procs = self.gen, self.cfg, self.cfg.processes
         common = ["--spec", str(gen.spec), "--mappings", str(gen.mappings), "--shards", str(procs)]
         common += ["--proxy", self.web.proxy_url]
         out_dir = self.work / "baselines"
         seed_args = ["--ca", str(self.web.ca_path), "--budget", str(cfg.baseline_budget)]
+        seed_args += ["--lock-dir", str(out_dir / "host-turns")]  # politeness across processes
         bfs_args = ["--budget", str(cfg.bfs_budget if cfg.bfs_records else cfg.baseline_budget)]
         bfs_args += ["--max-records", str(cfg.bfs_records)]
         systems = {
@@ -274,7 +313,7 @@ class Suite:
         }
         if "seed" in cfg.skip:
             systems.pop("seed_baseline")
-        if "bfs" in cfg.skip:
+        if "bfs" in cfg.skip or not with_bfs:
             systems.pop("bfs_baseline")
         env = {
             k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")
@@ -306,6 +345,8 @@ class Suite:
         longest = max(cfg.baseline_budget, cfg.bfs_budget if cfg.bfs_records else 0)
         timeout = longest * 2 + 600 if longest else cfg.run_timeout
         out_dir.mkdir(parents=True, exist_ok=True)
+        if not systems:
+            return []
         if cfg.parallel_baselines and len(systems) > 1:
             self.say(f"baselines (seed-style and Scrapy BFS at once), {procs} processes each ...")
             both = run_parallel(
@@ -377,10 +418,108 @@ class Suite:
             out.append(result)
         return out
 
+    # -- pages per resolved record: product vs plain BFS, both to the end ------------------------------
+
+    def bfs_compare(self) -> dict[str, Any]:
+        """The product and the Scrapy BFS on the same sample of records, each crawled to the end, on
+        the web without delays (pages per record do not depend on delays; BFS to depth 2 of every
+        same-host link needs hours per record at 1 s a page). Both see the same web and records."""
+        from enrich_crawl.testing.web import running_web
+
+        cfg, procs = self.cfg, self.cfg.processes
+        ids = sorted(self.gen.truth())
+        step = max(1, len(ids) // max(1, cfg.bfs_compare_records))
+        sample = ids[::step][: cfg.bfs_compare_records]
+        spec = gen_mod.subset(self.gen, "bfs_compare", sample, crawl={"default_delay": 0.0})
+        nodelay = gen_mod.web_without_delays(self.gen)
+        out_dir = self.work / "bfs_compare"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with running_web(nodelay, log_path=self.work / "requests-bfs_compare.jsonl") as web:
+            saved = self.web
+            self.web, self._override_web_root = web, nodelay
+            try:
+                product = self.product(spec, spec.parent / "mappings", procs, "bfs_compare_product")
+                env = {
+                    k: v
+                    for k, v in os.environ.items()
+                    if k.lower() not in ("http_proxy", "https_proxy")
+                }
+                env["PYTHONPATH"] = os.pathsep.join(
+                    p for p in (str(REPO), env.get("PYTHONPATH")) if p
+                )
+                env["PYTHONWARNINGS"] = "ignore"
+                jobs = [
+                    (
+                        f"bfs_compare_bfs-{i}",
+                        [
+                            sys.executable, "-m", "bench.e2e.baseline_bfs",
+                            "--spec", str(spec), "--mappings", str(spec.parent / "mappings"),
+                            "--shards", str(procs), "--shard", str(i),
+                            "--proxy", web.proxy_url, "--default-delay", "0",
+                            "--budget", str(cfg.bfs_budget), "--max-records", "0",
+                            "--out", str(out_dir / f"bfs-{i}.jsonl"),
+                        ],
+                    )
+                    for i in range(procs)
+                ]  # fmt: skip
+                self.say(f"bfs_compare: Scrapy BFS on {len(sample)} records to the end ...")
+                metrics = run_parallel(
+                    jobs, log_dir=self.work / "logs", env=env, timeout=cfg.bfs_budget * 2 + 600
+                )
+                log = self._log_stats(metrics, BFS_UA.split(" ")[0], 0.0, web_root=nodelay)
+            finally:
+                self.web, self._override_web_root = saved, None
+        results = read_results([out_dir / f"bfs-{i}.jsonl" for i in range(procs)])
+        import yaml
+
+        raw = yaml.safe_load(spec.read_text("utf-8"))
+        types = {f: (o or {}).get("type", "string") for f, o in raw["fields"].items()}
+        truth = gen_mod.read_truth(spec.parent / "truth.jsonl")
+        acc = accuracy(
+            truth, {rid: row["fields"] for rid, row in results.items()}, types,
+            attempted=set(results),
+        )  # fmt: skip
+        stats = [
+            _last_json(self.work / "logs" / f"bfs_compare_bfs-{i}.stdout") for i in range(procs)
+        ]
+        bfs = SystemResult(
+            "bfs_baseline",
+            metrics.to_dict(),
+            log,
+            acc,
+            extra={
+                "sample": len(sample),
+                "budget_hit": any(s.get("budget_hit") for s in stats),
+                "web": "no delays",
+            },
+        )
+        bfs.log.pop("_entries", None)
+        product.log.pop("_entries", None)
+        self._say_row(bfs)
+        prow, brow = product.row(), bfs.row()
+        return {
+            "records": len(sample),
+            "web": "no delays (Crawl-delay 0, default_delay 0)",
+            "product": prow,
+            "bfs": brow,
+            "bfs_finished_records": len(results),
+            "bfs_budget_hit": bfs.extra["budget_hit"],
+            "product_accuracy": product.accuracy,
+            "bfs_accuracy": acc,
+            "pages_per_resolved_ratio": _ratio(
+                prow["pages_per_resolved"], brow["pages_per_resolved"]
+            ),
+        }
+
     # -- CPU floor -------------------------------------------------------------------------------------
 
     def floor(self, product: SystemResult) -> SystemResult:
-        entries = product.log["_entries"]
+        everything = product.log["_entries"]
+        step = (
+            max(1, -(-len(everything) // self.cfg.floor_requests)) if self.cfg.floor_requests else 1
+        )
+        entries = everything[::step]  # an even sample over the run: the same mix of pages
+        share = len(entries) / len(everything) if everything else 1.0
         procs = self.cfg.processes
         url_files = []
         for i in range(procs):
@@ -418,10 +557,16 @@ class Suite:
             jobs, log_dir=self.work / "logs", env=env, timeout=self.cfg.run_timeout
         )
         log = self._log_stats(metrics, FLOOR_UA.split(" ")[0], 0.0, web_root=self.gen.web)
-        # per page of the product (robots.txt requests are refetched too, as the product made them)
-        log = {**log, "pages": product.log["pages"], "violations": None}
+        # per page of the product (robots.txt requests are refetched too, as the product made
+        # them); with a sample, its share of the product's pages
+        pages = round(product.log["pages"] * share)
+        log = {**log, "pages": pages, "violations": None}
         result = SystemResult(
-            "cpu_floor", metrics.to_dict(), log, {}, extra={"requests": len(entries)}
+            "cpu_floor",
+            metrics.to_dict(),
+            log,
+            {},
+            extra={"requests": len(entries), "product_requests": len(everything), "share": share},
         )
         self._say_row(result)
         return result
@@ -543,7 +688,22 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
             ">= 10" + ("" if enough else f" (seed resolved < {MIN_SAMPLE}: no verdict)"),
             _ge(ratio, 10) if enough else None,
         )
-    if product and bfs:
+    compare = results.get("bfs_compare")
+    if compare and compare.get("bfs") and compare.get("product"):
+        # the same sample crawled to the end by both (on the web without delays)
+        ratio = compare.get("pages_per_resolved_ratio")
+        enough = (compare["bfs"].get("resolved") or 0) >= MIN_SAMPLE and not compare.get(
+            "bfs_budget_hit"
+        )
+        check(
+            "pages_per_resolved_vs_bfs",
+            ratio,
+            f"<= 0.5 (same {compare['records']} records, both to the end"
+            + ("" if enough else f"; BFS unfinished or resolved < {MIN_SAMPLE}: no verdict")
+            + ")",
+            (ratio <= 0.5 if ratio is not None else None) if enough else None,
+        )
+    elif product and bfs:
         ratio = _ratio(product["pages_per_resolved"], bfs["pages_per_resolved"])
         enough = bfs["resolved"] >= MIN_SAMPLE
         check(
@@ -560,6 +720,15 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
             .metrics.get("cpu_by_role_s", {})
             .get("crawl_worker")
         )
+        db_cpu = next(s for s in systems if s.name == "product").extra.get("db_server_cpu_s")
+        if db_cpu is not None and product["pages"]:
+            ms = (product["cpu_s"] + db_cpu) / product["pages"] * 1000
+            check(
+                "cpu_per_page_with_db_server_vs_floor",
+                _ratio(ms, floor["cpu_ms_per_page"]),
+                "(information: + nx-27017's own CPU)",
+                None,
+            )
         if worker_cpu and product["pages"]:
             ms = worker_cpu / product["pages"] * 1000
             check(
@@ -568,7 +737,7 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
                 "(information)",
                 None,
             )
-    scaling = results.get("scaling", {}).get("politeness_bound", {}).get("series", [])
+    scaling = (results.get("scaling") or {}).get("politeness_bound", {}).get("series", [])
     effs = [p["politeness_efficiency"] for p in scaling if p.get("politeness_efficiency")]
     if effs:
         check("politeness_efficiency_best", max(effs), ">= 0.8", max(effs) >= 0.8)
@@ -633,11 +802,14 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         f"{data.get('resolvable_records')} resolvable records. Processes: {cfg.get('processes')}. "
         f"Seed-style baseline time-budgeted to {cfg.get('baseline_budget')} s; Scrapy BFS "
         + (
-            f"on {cfg.get('bfs_records')} records per process, crawled to the end"
+            f"and the product both on the same {results['bfs_compare']['records']} records, "
+            "crawled to the end on the web without delays (table below)"
+            if results.get("bfs_compare")
+            else f"on {cfg.get('bfs_records')} records per process, crawled to the end"
             if cfg.get("bfs_records")
             else f"time-budgeted to {cfg.get('baseline_budget')} s"
         )
-        + f" ({'run at the same time' if cfg.get('parallel_baselines') else 'one after the other'}).",
+        + ".",
         "",
         "| system | records | resolved | resolved/h | pages | pages/s | pages/resolved | CPU s "
         "| CPU ms/page | peak RSS/process MB | peak RSS total MB | violations | accuracy | precision |",
@@ -660,6 +832,44 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         "the product.",
         "",
     ]
+    for s in results.get("systems", []):
+        if s["name"] != "product":
+            continue
+        roles = s["metrics"].get("cpu_by_role_s") or {}
+        db = s.get("extra", {}).get("db_server_cpu_s")
+        pages = s["log"].get("pages") or 0
+        lines += [
+            "Product CPU by role (s): "
+            + ", ".join(f"{k} {v:,.1f}" for k, v in sorted(roles.items(), key=lambda kv: -kv[1]))
+            + (
+                f"; the MongoDB server's own CPU (nx-27017, Python/SQLite, outside the product's "
+                f"process tree, not counted above): {db:,.1f} s"
+                + (f" = {db / pages * 1000:.2f} ms/page" if pages else "")
+                if db is not None
+                else ""
+            )
+            + ".",
+            "",
+        ]
+    compare = results.get("bfs_compare")
+    if compare:
+        lines += [
+            f"Pages per resolved record, the same {compare['records']} records crawled to the end "
+            f"by both ({compare['web']}; BFS finished {compare['bfs_finished_records']} records"
+            + (", **budget hit**" if compare.get("bfs_budget_hit") else "")
+            + "):",
+            "",
+            "| system | records | resolved | pages | pages/resolved | CPU ms/page | accuracy |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name in ("product", "bfs"):
+            row = compare[name]
+            lines.append(
+                f"| {name} | {_fmt(row['records'])} | {_fmt(row['resolved'])} "
+                f"| {_fmt(row['pages'])} | {_fmt(row['pages_per_resolved'], 2)} "
+                f"| {_fmt(row['cpu_ms_per_page'], 2)} | {_fmt(row['accuracy'], 4)} |"
+            )
+        lines.append("")
     violations = [
         (s["name"], s["log"].get("violations_by_kind"))
         for s in results.get("systems", [])
@@ -709,10 +919,18 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
     if notes:
         lines += ["Notes:", "", *[f"- {n}" for n in notes], ""]
     lines += [
-        f"Reproduce: `python -m bench e2e --seed {cfg.get('seed')} --hosts {cfg.get('hosts')} "
-        f"--records {cfg.get('records')} --processes {cfg.get('processes')}"
-        + (" --quick" if cfg.get("quick") else "")
-        + f"` ({results.get('seconds')} s).",
+        f"Reproduce: `python -m bench e2e{' --quick' if cfg.get('quick') else ''} "
+        f"--seed {cfg.get('seed')} --hosts {cfg.get('hosts')} "
+        f"--records {cfg.get('records')} --processes {cfg.get('processes')} "
+        f"--baseline-budget {cfg.get('baseline_budget'):g} "
+        f"--bfs-compare-records {cfg.get('bfs_compare_records', 0)} "
+        f"--bfs-budget {cfg.get('bfs_budget'):g} --floor-requests {cfg.get('floor_requests', 0)} "
+        f"--rss-records {cfg.get('rss_small_records')} "
+        f"--scaling {','.join(str(x) for x in cfg.get('scaling') or ()) or 0} "
+        f"--scaling-cpu-records {cfg.get('scaling_cpu_records')} "
+        f"--scaling-politeness-hosts {cfg.get('scaling_politeness_hosts')} "
+        f"--scaling-politeness-records {cfg.get('scaling_politeness_records')}`"
+        f" ({results.get('seconds')} s).",
         "",
     ]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from enrich_crawl.config import CrawlConfig
+from enrich_crawl.config import CrawlConfig, chromium_path
 
 
 @dataclass
@@ -22,8 +22,10 @@ class WorkerParams:
     user_agent: str = ""
     proxy: str | None = None
     allow_private: bool = False
-    chromium: str = "/usr/bin/chromium"
-    # overrides of enrich_crawl.crawl.render.RenderConfig (browser concurrency, contexts, ...)
+    # browser for `js`/`auto` mappings: ENRICH_CHROMIUM of the process that builds the params
+    chromium: str = field(default_factory=chromium_path)
+    # overrides of enrich_crawl.crawl.render.RenderConfig (browser concurrency, contexts, ...);
+    # they win over the ENRICH_RENDER_* variables of the worker's environment
     render: dict[str, Any] = field(default_factory=dict)
     mongo_uri: str | None = None  # crawl state (robots cache, crawled URLs); None: no persistence
     mongo_db: str = "enrich_crawl"

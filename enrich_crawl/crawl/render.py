@@ -23,7 +23,9 @@ on the record.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
+from collections.abc import Mapping as Mapping_
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +50,8 @@ RENDER_REASONS = ("render_crash", "render_timeout", "render_error")
 
 @dataclass(frozen=True)
 class RenderConfig:
-    """Browser settings of one crawl process (defaults here; WorkerParams.render overrides)."""
+    """Browser settings of one crawl process: defaults here, overridden by ENRICH_RENDER_<NAME>
+    variables of the worker's environment, themselves overridden by WorkerParams.render."""
 
     # the whole render of one page: navigation, scripts, waits (CrawlConfig.render_timeout)
     timeout: float = 30.0
@@ -84,23 +87,61 @@ class RenderConfig:
         for key, value in (overrides or {}).items():
             if key not in known:
                 raise ValueError(f"render.{key}: unknown render setting (known: {sorted(known)})")
-            default = known[key].default
-            if isinstance(default, bool):
-                value = bool(value)
-            elif isinstance(default, int):
-                value = int(value)
-            elif isinstance(default, float):
-                value = float(value)
-            values[key] = value
+            values[key] = _convert(key, value, known[key].default)
         config = cls(**values)
         if config.timeout <= 0 or config.concurrency < 1 or config.max_contexts < 1:
             raise ValueError("render: timeout > 0, concurrency >= 1 and max_contexts >= 1")
         if config.recycle_after < 1:
             raise ValueError("render.recycle_after: must be >= 1")
+        if min(config.settle_quiet, config.settle_seconds, config.wait_for_seconds) < 0:
+            raise ValueError("render: settle_quiet, settle_seconds, wait_for_seconds >= 0")
+        if config.max_subresources < 0 or config.js_heap_mb < 64:
+            raise ValueError("render: max_subresources >= 0 and js_heap_mb >= 64")
         return config
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def env_overrides(cls, environ: Mapping_[str, str] | None = None) -> dict[str, str]:
+        """`ENRICH_RENDER_<SETTING>` variables of the environment (e.g. ENRICH_RENDER_CONCURRENCY=2),
+        for every setting but `timeout` (the dataset's `crawl.render_timeout`); empty ones ignored."""
+        environ = os.environ if environ is None else environ
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "timeout":
+                continue
+            raw = environ.get(f"{ENV_PREFIX}{f.name.upper()}", "").strip()
+            if raw:
+                out[f.name] = raw
+        return out
+
+
+ENV_PREFIX = "ENRICH_RENDER_"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _convert(key: str, value: Any, default: Any) -> Any:
+    """A setting's value (from JSON or an environment variable) as the type of its default."""
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                text = value.strip().lower()
+                if text not in _TRUE + _FALSE:
+                    raise ValueError("not a boolean")
+                return text in _TRUE
+            return bool(value)
+        if isinstance(default, int):
+            number = float(value)
+            if number != int(number):
+                raise ValueError("not a whole number")
+            return int(number)
+        if isinstance(default, float):
+            return float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"render.{key}={value!r}: {exc}") from None
+    return value
 
 
 def render_modes(mappings: Iterable[Mapping]) -> set[str]:

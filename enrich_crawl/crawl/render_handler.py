@@ -168,23 +168,35 @@ def process_tree(pid: int) -> list[int]:
 
 def tree_memory(pid: int | None = None) -> dict[str, float]:
     """RSS summed over the process tree of `pid` (this process by default: the crawl, the
-    Playwright driver and every Chromium process), and PSS (shared pages counted once)."""
-    rss = pss = 0
-    pids = process_tree(pid or os.getpid())
+    Playwright driver and every Chromium process), and PSS (shared pages counted once), in total
+    and by part: `crawl` (the root process), `driver` (Playwright's node), `browser` (Chromium)."""
+    root = pid or os.getpid()
+    rss = 0
+    pss = {"crawl": 0, "driver": 0, "browser": 0}
+    pids = process_tree(root)
     page_size = os.sysconf("SC_PAGE_SIZE")
     for proc in pids:
         try:
             with open(f"/proc/{proc}/statm", encoding="ascii") as handle:
                 rss += int(handle.read().split()[1]) * page_size
+            with open(f"/proc/{proc}/comm", encoding="ascii", errors="replace") as handle:
+                comm = handle.read().strip()
+            part = "crawl" if proc == root else "driver" if comm.startswith("node") else "browser"
             with open(f"/proc/{proc}/smaps_rollup", encoding="ascii") as handle:
                 for line in handle:
                     if line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
+                        pss[part] += int(line.split()[1]) * 1024
                         break
         except (OSError, ValueError, IndexError):
             continue
     mb = 1024 * 1024
-    return {"rss_mb": round(rss / mb, 1), "pss_mb": round(pss / mb, 1), "processes": len(pids)}
+    out = {
+        "rss_mb": round(rss / mb, 1),
+        "pss_mb": round(sum(pss.values()) / mb, 1),
+        "processes": len(pids),
+    }
+    out.update({f"{part}_pss_mb": round(value / mb, 1) for part, value in pss.items()})
+    return out
 
 
 # -- the scripts of a run ---------------------------------------------------------------------
@@ -510,6 +522,8 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
         self.host_locks: dict[str, asyncio.Lock] = {}
         self.slots = asyncio.Semaphore(self.render_config.concurrency)
         self.started = False
+        self.start_error: str | None = None
+        self.chromium = (settings.getdict("PLAYWRIGHT_LAUNCH_OPTIONS") or {}).get("executable_path")
         self.closed = False
         self.start_lock = asyncio.Lock()
         self.generation = 0
@@ -577,10 +591,22 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
 
     async def _ensure_started(self) -> None:
         async with self.start_lock:
-            if not self.started:
+            if self.start_error is not None:  # tried once: every render fails the same way
+                raise RenderFailed("render_error", self.start_error)
+            if self.started:
+                return
+            try:
                 await super()._launch()
-                self.started = True
-                self.count("driver_started")
+                await self._maybe_launch_browser()
+            except Exception as exc:
+                # no browser (ENRICH_CHROMIUM wrong, Chromium missing or broken): the pages keep
+                # their static version, each record says why
+                self.start_error = f"the browser did not start: {str(exc).splitlines()[0][:200]}"
+                self.count("failed/browser_start")
+                logger.error("%s (ENRICH_CHROMIUM=%s)", self.start_error, self.chromium)
+                raise RenderFailed("render_error", self.start_error) from None
+            self.started = True
+            self.count("driver_started")
 
     async def _browser_disconnected_callback(self) -> None:
         self.count("browser_disconnected")

@@ -39,7 +39,10 @@ def build_settings(params: WorkerParams, *, render: bool = False) -> dict[str, A
     if render:
         from enrich_crawl.crawl.render import RenderConfig, playwright_settings
 
-        render_config = RenderConfig.from_mapping(params.render, timeout=config.render_timeout)
+        # defaults < ENRICH_RENDER_* of the worker's environment < the params' `render`
+        render_config = RenderConfig.from_mapping(
+            {**RenderConfig.env_overrides(), **params.render}, timeout=config.render_timeout
+        )
         settings.update(
             playwright_settings(
                 chromium=params.chromium,

@@ -37,6 +37,7 @@ from urllib.parse import urljoin
 
 import scrapy
 from scrapy import signals
+from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 
 from enrich_crawl.crawl.errors import reason_for_exception
@@ -199,12 +200,15 @@ class EnrichSpider(scrapy.Spider):
         self.render_queue: list[scrapy.Request] = []
         self.render_counts: Counter[str] = Counter()
         self.stats_written = False
+        self.feed_done = False  # every record of the shard was fed to the frontier
+        self.idle_retries: Counter[str] = Counter()  # page key -> requests re-sent at idle
         self.final_stats: dict[str, Any] = {}
 
     @classmethod
     def from_crawler(cls, crawler, *args: Any, **kwargs: Any) -> EnrichSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
         crawler.signals.connect(spider._closed, signal=signals.spider_closed)
+        crawler.signals.connect(spider._idle, signal=signals.spider_idle)
         return spider
 
     # -- persistent state ------------------------------------------------------------------------
@@ -264,6 +268,8 @@ class EnrichSpider(scrapy.Spider):
                 while self.frontier.active >= self.params.max_active_records:
                     self.capacity.clear()
                     await self.capacity.wait()
+                if self.feed_done:  # closed meanwhile: the rest has its lines already
+                    return
                 self.counts["records"] += 1
                 known = fresh.get(record["_id"], set())
                 if known:
@@ -283,6 +289,7 @@ class EnrichSpider(scrapy.Spider):
                     continue
                 for request in requests:
                     yield request
+        self.feed_done = True
 
     async def _progress_loop(self) -> None:
         progress_file = Path(self.params.out_dir) / "progress.json"
@@ -957,6 +964,8 @@ class EnrichSpider(scrapy.Spider):
             "records_fed": self.counts["records"],
             "records_done": self.frontier.completed,
             "records_active": self.frontier.active,
+            "records_not_started": self.counts["records_not_started"],
+            "resent_at_idle": self.counts["resent_at_idle"],
             "outcomes": dict(self.outcomes),
             "pages": self.counts["pages"],
             "pages_reused": self.counts["pages_reused"],
@@ -1002,6 +1011,81 @@ class EnrichSpider(scrapy.Spider):
             "peak_rss_mb": peak_rss_mb(),
         }
 
+    def _idle(self, spider=None) -> None:
+        """Scrapy found nothing scheduled, in flight or being processed. Records still active then
+        wait for pages whose request was lost on the way (a spider middleware that drops requests
+        silently, such as Scrapy's URL length limit): send each such page once more, and fail it
+        if it is lost again, so that no record ends `unfinished` when the crawl finishes."""
+        if not self.frontier.records:
+            return
+        stuck = [
+            (key, task)
+            for key, task in self.frontier.tasks.items()
+            if any(w.record in self.frontier.records for w in task.waiters)
+        ]
+        again = [(key, task) for key, task in stuck if not self.idle_retries[key]]
+        if again:
+            logger.warning(
+                "crawl idle with %d active records: %d pages they wait for were never answered; "
+                "sending them again (first: %s)",
+                self.frontier.active,
+                len(again),
+                again[0][0][:200],
+            )
+            for key, task in again:
+                self.idle_retries[key] += 1
+                self.counts["resent_at_idle"] += 1
+                depth = min((w.depth for w in task.waiters), default=0)
+                order = FetchOrder(key, task.priority - depth, depth)
+                self.crawler.engine.crawl(self._request(order, None))
+            raise DontCloseSpider
+        for key, _task in stuck:
+            self.counts["lost_at_idle"] += 1
+            self._fail(key, "error", "request lost twice: never answered (dropped on the way)")
+        if self.frontier.records:
+            logger.warning(
+                "crawl idle with %d active records that wait for no page (first: %s)",
+                self.frontier.active,
+                next(iter(self.frontier.records)),
+            )
+
+    def _finish_unfed(self, reason: str) -> None:
+        """A line in records.jsonl for every record the crawl stopped before feeding (time budget,
+        termination): nothing is lost, the merge and the checks count them."""
+        if self.feed_done:
+            return
+        why = reason if reason != "finished" else "unfinished"
+        fed = self.counts["records"]
+        for index, record in enumerate(self.records()):
+            if index < fed:
+                continue
+            missing = sorted(record.get("_missing") or ())
+            urls = record.get("_urls") or []
+            errors = [dict(e) for e in record.get("_url_errors") or ()]
+            if missing:
+                errors.append(
+                    {
+                        "url": urls[0] if urls else "",
+                        "reason": why,
+                        "detail": f"not started: the crawl stopped ({reason}) before this record",
+                    }
+                )
+            outcome = "not_started" if missing else "nothing_to_do"
+            self.outcomes[outcome] += 1
+            self.counts["records_not_started"] += 1
+            self.out.write_record(
+                {
+                    "record": record["_id"],
+                    "outcome": outcome,
+                    "errors": errors,
+                    "pages": 0,
+                    "found": [],
+                    "needed": missing,
+                    "seconds": 0.0,
+                }
+            )
+        self.feed_done = True
+
     async def _closed(self, spider, reason: str) -> None:
         task = getattr(self, "_progress_task", None)
         if task is not None:
@@ -1018,6 +1102,10 @@ class EnrichSpider(scrapy.Spider):
             self.frontier.completed += 1
             self._record_done(state)
         self.frontier.records.clear()
+        try:
+            self._finish_unfed(reason)
+        except Exception:  # the statistics must still be written
+            logger.exception("records never fed to the crawl could not be written")
         snapshot = self.snapshot()
         snapshot["finish_reason"] = reason
         self.out.close()

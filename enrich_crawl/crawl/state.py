@@ -58,6 +58,7 @@ PERMANENT_FAILURES = frozenset(
 )
 FLUSH_INTERVAL = 0.5
 IDLE_GRACE = 0.5  # seconds a host is kept after its delay for a next request of this process
+MAX_LIMITER_ERRORS = 3  # failed limiter round trips in a row before politeness goes per process
 FLUSH_BATCH = 200
 
 
@@ -364,10 +365,14 @@ class HostLimiter:
         self._sweeper: asyncio.Task | None = None
         # host -> this process still has requests queued for it (set by the downloader)
         self.has_work: Callable[[str], bool] | None = None
+        self.broken = False  # the database failed the limiter MAX_LIMITER_ERRORS times in a row
+        self.errors_in_row = 0
 
     @property
     def shared(self) -> bool:
-        return self.state is not None and self.state.db is not None and self.state.available
+        # only the limiter's own failures switch it off: a failed page-cache write or read
+        # (`state.available`) must not drop the fleet-wide politeness of the rest of the run
+        return self.state is not None and self.state.db is not None and not self.broken
 
     def _collection(self) -> Any:
         assert self.state is not None
@@ -380,15 +385,25 @@ class HostLimiter:
         if self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_loop())
         started = time.monotonic()
-        try:
-            waited = await self._acquire(host, delay, timeout)
-        except HostBusy:
-            raise
-        except Exception as exc:  # the database went away: politeness stays per process
-            self.stats["errors"] += 1
-            assert self.state is not None
-            self.state._failed("limiter", exc)
-            return 0.0
+        while True:
+            try:
+                waited = await self._acquire(host, delay, timeout)
+                break
+            except HostBusy:
+                raise
+            except Exception as exc:
+                # a slow or failing database answer: try again (sending without the host would
+                # break the delay for the other processes); when it keeps failing the database
+                # went away, and politeness stays per process
+                self.stats["errors"] += 1
+                self.errors_in_row += 1
+                if self.errors_in_row >= MAX_LIMITER_ERRORS:
+                    self.broken = True
+                    assert self.state is not None
+                    self.state._failed("limiter", exc)
+                    return 0.0
+                await asyncio.sleep(0.5)
+        self.errors_in_row = 0
         self.in_flight.add(host)
         self.db_seconds += time.monotonic() - started - waited
         self.wait_seconds += waited

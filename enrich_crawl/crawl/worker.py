@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,58 @@ def run_crawl(
     return spider.final_stats
 
 
+class LogForwarder(logging.Handler):
+    """Forwards the crawl's warnings and errors (Scrapy's and ours) to another logger, the Pipes
+    log (the Dagster run's log, seen in the UI), without flooding it: at most `per_message` lines
+    of one message template and `max_total` lines in all; `summary()` then gives the counts of
+    everything seen, forwarded or not."""
+
+    def __init__(self, target: logging.Logger, *, per_message: int = 5, max_total: int = 100):
+        super().__init__(level=logging.WARNING)
+        self.target = target
+        self.per_message = per_message
+        self.max_total = max_total
+        self.seen: Counter[str] = Counter()  # level name -> records seen
+        self.by_template: Counter[tuple[str, str]] = Counter()  # (logger, template) -> seen
+        self.forwarded = 0
+        self._inside = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._inside or record.name == self.target.name:
+            return  # never our own lines again
+        self.seen[record.levelname] += 1
+        template = (record.name, str(record.msg)[:200])
+        self.by_template[template] += 1
+        if self.forwarded >= self.max_total or self.by_template[template] > self.per_message:
+            return
+        self._inside = True
+        try:
+            message = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                message += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+            self.target.log(record.levelno, f"[{record.name}] {message[:2000]}")
+            self.forwarded += 1
+        except Exception:  # forwarding must never break the crawl
+            self.handleError(record)
+        finally:
+            self._inside = False
+
+    def summary(self) -> str | None:
+        """One line of counts, or None when the crawl logged no warning or error."""
+        total = sum(self.seen.values())
+        if not total:
+            return None
+        counts = ", ".join(f"{n} {level.lower()}" for level, n in sorted(self.seen.items()))
+        line = f"crawl log: {counts}"
+        if total > self.forwarded:
+            top = ", ".join(
+                f"{name}: {template[:60]!r} x{n}"
+                for (name, template), n in self.by_template.most_common(3)
+            )
+            line += f" ({total - self.forwarded} not forwarded; most frequent: {top})"
+        return line
+
+
 def _format_progress(stats: dict[str, Any]) -> str:
     return (
         f"[{stats['partition']}] records {stats['records_done']}/{stats['records_fed']} done "
@@ -88,7 +141,16 @@ def main(argv: list[str] | None = None) -> int:
             pipes.log.info(_format_progress(stats))
             pipes.report_custom_message({"kind": "progress", "stats": stats})
 
-        stats = run_crawl(params, progress=progress)
+        # the crawl's warnings and errors reach the run's log too (bounded)
+        forwarder = LogForwarder(pipes.log)
+        logging.getLogger().addHandler(forwarder)
+        try:
+            stats = run_crawl(params, progress=progress)
+        finally:
+            logging.getLogger().removeHandler(forwarder)
+            summary = forwarder.summary()
+            if summary is not None:
+                pipes.log.warning(summary)
         pipes.log.info(_format_progress(stats))
         pipes.report_custom_message({"kind": "final", "stats": stats})
     return 0

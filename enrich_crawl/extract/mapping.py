@@ -226,6 +226,13 @@ def compile_mapping(raw: Any, path: Path | None = None) -> Mapping:
         errors.append(
             MappingError(_where(path, "$"), "a mapping needs fields or url_parsers (or both)")
         )
+    if raw.get("wait_for") and raw.get("render", "static") == "static":
+        errors.append(
+            MappingError(
+                _where(path, "$.wait_for"),
+                'wait_for needs "render": "js" or "auto" (a static page is never waited for)',
+            )
+        )
     for error in errors:  # what compiling found, minus what the schema already said
         for where, reason in error.problems:
             if not any(_related(where, known) for known, _ in problems):

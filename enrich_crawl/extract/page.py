@@ -33,8 +33,59 @@ XML_TYPES = (
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 
+WESTERN = "cp1252"  # the WHATWG default for pages that declare nothing (Western locales)
+CENTRAL = "cp1250"
+# single-byte Latin encodings that detection confuses with windows-1252 on short pages
+LATIN_SINGLE_BYTE = frozenset(
+    {
+        "cp1250",
+        "cp1254",
+        "cp1257",
+        "cp1258",
+        "cp775",
+        "cp850",
+        "cp852",
+        "cp857",
+        "cp858",
+        "latin_1",
+        "iso8859_2",
+        "iso8859_3",
+        "iso8859_4",
+        "iso8859_9",
+        "iso8859_10",
+        "iso8859_13",
+        "iso8859_14",
+        "iso8859_15",
+        "iso8859_16",
+        "mac_latin2",
+        "mac_roman",
+        "mac_iceland",
+        "mac_turkish",
+    }
+)
+# what Central European letters (č ř ě ů ň ď ł ż ą ...) become when read as windows-1252
+_CP1252_SUSPECT = frozenset("ÈèÌìÒòÙùÏïÐðØøÃãÕõÞþ¹³¿¥ªº¼¾")
+_CE_LETTERS = frozenset("šžŠŽ")
+
+
+def _central_european(text: str) -> bool:
+    """Text read as windows-1252 that is really Central European: some word has two different
+    letters such text turns into (`pøijïte`, `Za¿ó³æ`), or one of them next to š/ž (`Èeština`).
+    A Western word rarely has two different ones (`crème`, `più`, `rødgrød` have one)."""
+    for word in text.split():
+        suspect = len(_CP1252_SUSPECT.intersection(word))
+        if suspect >= 2 or (suspect and any(ch in _CE_LETTERS for ch in word)):
+            return True
+    return False
+
+
 def _detect(body: bytes) -> str | None:
-    """Last resort of the HTML decoding rules: guess the encoding from the bytes."""
+    """Last resort of the HTML decoding rules: guess the encoding from the bytes.
+
+    Detection on a short page cannot tell windows-1252 from its single-byte Latin cousins
+    (cp1250, cp1257, ...: `Café 12 €` is valid in all of them) and often picks a cousin. Like
+    browsers, prefer windows-1252 unless the text reads as Central European in it, or the detector
+    rejected windows-1252 outright (bytes it leaves undefined, or far more "mess" in it)."""
     try:
         body.decode("utf-8")
         return "utf-8"
@@ -42,8 +93,28 @@ def _detect(body: bytes) -> str | None:
         pass
     from charset_normalizer import from_bytes
 
-    best = from_bytes(body[:65536]).best()
-    return best.encoding if best is not None else "cp1252"
+    sample = body[:65536]
+    matches = from_bytes(sample)
+    best = matches.best()
+    if best is None:
+        return WESTERN
+    guess = best.encoding
+    if guess != WESTERN and guess not in LATIN_SINGLE_BYTE:
+        return guess  # another script (Cyrillic, Greek, ...) or a multi-byte encoding
+    try:
+        western = sample.decode(WESTERN)
+    except UnicodeDecodeError:
+        return guess  # bytes windows-1252 leaves undefined (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+    if _central_european(western):
+        if guess != WESTERN:
+            return guess
+        central = next((m for m in matches if m.encoding == CENTRAL), None)
+        return CENTRAL if central is not None else guess
+    if guess == WESTERN:
+        return guess
+    same = WESTERN in (best.could_be_from_charset or [])  # identical text either way
+    close = any(m.encoding == WESTERN and m.chaos <= best.chaos + 0.05 for m in matches)
+    return WESTERN if same or close else guess
 
 
 def decode_body(body: bytes, content_type: str | None) -> tuple[str, str]:

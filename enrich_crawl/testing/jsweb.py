@@ -8,7 +8,8 @@ Hosts (`build_js_web`):
 
 - `js-inject.test`     the value written into the page by an inline script;
 - `js-fetch.test`      (seeded over https) a shell whose script fetch()es the value from a JSON
-                       endpoint; it also asks for a stylesheet, an image and a font (aborted);
+                       endpoint; it also asks for a stylesheet, an image, a font and a video
+                       (all aborted);
 - `js-lazy.test`       an infinite-scroll list: 10 items, 10 more per scroll to the bottom (from
                        JSON pages); the value is item 25, behind the mapping's `wait_for`;
 - `js-crash.test`      a script that allocates without end: the renderer runs out of heap and
@@ -261,6 +262,7 @@ def build_js_web(root: Path) -> list[dict[str, str]]:
                 "Fetch",
                 "<link rel='stylesheet' href='/static/site.css'>"
                 "<h1 class='name'>Fetch Co</h1><img src='/img/logo.png'>"
+                "<video src='/media/intro.webm' preload='auto' muted autoplay></video>"
                 "<div id='app'></div><script src='/static/app.js'></script>"
                 "<style>@font-face { font-family: x; src: url('/fonts/x.woff2'); }"
                 " body { font-family: x; }</style>",
@@ -269,6 +271,7 @@ def build_js_web(root: Path) -> list[dict[str, str]]:
             "static/site.css": "body { color: black; }",
             "img/logo.png": "not really a png",
             "fonts/x.woff2": "not really a font",
+            "media/intro.webm": "not really a video",
             "api/company.json": json.dumps({"city": "Porto"}),
         },
     )
