@@ -1,6 +1,6 @@
 """Faults a nightly crawler meets, injected into real runs (`enrich-crawl run`, real services, the
-virtual web): a crawl process SIGKILLed mid-partition, and the Dagster instance's PostgreSQL
-restarted while a run is going on.
+virtual web): a crawl process SIGKILLed mid-partition, the step process that runs it SIGKILLed,
+and the Dagster instance's PostgreSQL restarted while a run is going on.
 
 Covered elsewhere, not repeated here (see README "Reliability"): a run terminated from the UI or by
 Ctrl-C (test_pipes.py, test_ui.py), MongoDB stopped at or during the merge (test_merge_outage.py),
@@ -25,7 +25,7 @@ import pymongo
 import pytest
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
-from enrich_crawl.testing.processes import crawl_workers
+from enrich_crawl.testing.processes import alive, crawl_workers
 from enrich_crawl.testing.web import read_log
 from enrich_crawl_tests.conftest import REPO, load_json, product_env
 
@@ -204,6 +204,55 @@ def test_a_crawl_killed_mid_partition_fails_its_step_and_the_rerun_resumes_witho
         assert doc["data"]["city"] == built.expected[doc["_id"]], doc
         assert doc["lineage"]["city"]["value"] == doc["data"]["city"]
         assert len(doc["history"]["city"]) == 1, doc["history"]
+
+
+# -- the step process itself killed ---------------------------------------------------------------
+
+ORPHAN_GONE_WITHIN = 15.0  # seconds: the kernel's parent-death signal, then Scrapy's exit
+
+
+def test_a_step_process_killed_abruptly_leaves_no_crawl_behind_and_the_run_ends(
+    tmp_path, mongo_server, mongo_db_name, dagster_home
+):
+    name = f"step_{uuid.uuid4().hex[:6]}"
+    built = build_polite_dataset(
+        tmp_path / "polite", shards=2, records_per_host=20, crawl_delay=0.5, name=name
+    )
+    work = tmp_path / "work"
+    env = product_env(
+        MONGODB_URI=mongo_server.uri,
+        MONGODB_DB=mongo_db_name,
+        DAGSTER_HOME=str(dagster_home),
+        ENRICH_WORK_DIR=str(work),
+        ENRICH_SHARDS="2",
+        ENRICH_CRAWL_RETRIES="0",
+    )
+    s00_log = work / name / "crawl" / "s00" / "web-requests.jsonl"
+    cli = _start_run(built, env)
+    try:
+
+        def s00_crawling():
+            pages = _pages_fetched(read_log(s00_log)) if s00_log.exists() else []
+            workers = [w for w in crawl_workers() if w.dataset == name and w.partition == "s00"]
+            return workers if len(pages) >= 2 and workers else None
+
+        (worker,) = _wait_until("the crawl of s00 fetched pages", s00_crawling, cli)
+        tree = worker.tree()
+        step = worker.process.parent()
+        assert step is not None and step.pid != cli.pid
+        # no clean-up code of the step runs: only the kernel can stop its crawl (PDEATHSIG)
+        step.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + ORPHAN_GONE_WITHIN
+        while time.monotonic() < deadline and alive(tree):
+            time.sleep(0.2)
+        left = [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in alive(tree)]
+        assert not left, f"orphaned by the killed step: {left}"
+        out = _finish(cli)
+    finally:
+        _cleanup(name, cli)
+    # the run ends, failed, naming the step whose process died
+    assert cli.returncode != 0, out[-3000:]
+    assert "enrich_job FAILED" in out and "s00" in out.split("enrich_job FAILED", 1)[-1]
 
 
 # -- the Dagster instance's PostgreSQL restarted during a run -------------------------------------
