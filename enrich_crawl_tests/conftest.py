@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pymongo
 import pytest
@@ -124,6 +125,33 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def start_cli_run(
+    built: Any, env: dict[str, str], *flags: str, merge_stderr: bool = True, text: bool = True
+) -> subprocess.Popen:
+    """Start `enrich-crawl run [FLAGS] --dataset SPEC --mappings DIR` of a built virtual-web
+    dataset in the background, in its own session (a test can kill its whole tree), as a user
+    would."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "enrich_crawl.cli",
+            "run",
+            *flags,
+            "--dataset",
+            str(built.spec),
+            "--mappings",
+            str(built.mappings),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        text=text,
+        start_new_session=True,
     )
 
 

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
 from enrich_crawl.testing.web import read_log
-from enrich_crawl_tests.conftest import REPO, load_json, product_env
+from enrich_crawl_tests.conftest import REPO, load_json, product_env, start_cli_run
 
 pytestmark = pytest.mark.slow
 
@@ -36,24 +35,7 @@ RUN_BOUND = 300.0  # seconds a run may take, at most, once the fault was injecte
 
 
 def _start_run(built, env) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enrich_crawl.cli",
-            "run",
-            "--dataset",
-            str(built.spec),
-            "--mappings",
-            str(built.mappings),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return start_cli_run(built, env)
 
 
 def _finish(cli: subprocess.Popen, timeout: float = RUN_BOUND) -> str:

@@ -19,7 +19,7 @@ from enrich_crawl.defs.crawl_ops import MIN_CRAWL_SECONDS, crawl_budget
 from enrich_crawl.defs.partitions import SHARD_KEYS, shards_of_run
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import crawl_workers
-from enrich_crawl_tests.conftest import REPO, product_env, run_cli
+from enrich_crawl_tests.conftest import REPO, product_env, run_cli, start_cli_run
 
 # -- partition mapping -------------------------------------------------------------------------
 
@@ -179,23 +179,7 @@ def test_a_shard_that_keeps_failing_does_not_lose_the_other_shards(
         ENRICH_CRAWL_RETRIES="1",
         ENRICH_CRAWL_RETRY_DELAY="1",
     )
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enrich_crawl.cli",
-            "run",
-            "--dataset",
-            str(built.spec),
-            "--mappings",
-            str(built.mappings),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_cli_run(built, env, merge_stderr=False)
     killed: set[int] = set()
     stop = threading.Event()
 

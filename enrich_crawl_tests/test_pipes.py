@@ -19,7 +19,7 @@ import pytest
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import CrawlWorker, alive, crawl_workers
-from enrich_crawl_tests.conftest import REPO, product_env
+from enrich_crawl_tests.conftest import product_env, start_cli_run
 
 pytestmark = pytest.mark.slow
 
@@ -100,24 +100,7 @@ def long_crawl(tmp_path, mongo_server, mongo_db_name, dagster_home):
 
 def test_terminating_a_run_as_the_ui_does_stops_every_crawl_process(long_crawl, dagster_home):
     name, built, env, work = long_crawl
-    cli = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enrich_crawl.cli",
-            "run",
-            "--dataset",
-            str(built.spec),
-            "--mappings",
-            str(built.mappings),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    cli = start_cli_run(built, env)
     try:
         workers = _wait_for_crawls(name, work, cli)
         processes = _snapshot(workers)

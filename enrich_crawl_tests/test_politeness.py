@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import socket
+import subprocess
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from enrich_crawl.crawl.state import CrawlState, HostLimiter
+from enrich_crawl.crawl.state import CrawlState, HostBusy, HostLimiter
 from enrich_crawl.testing.synthweb import build_synth_web, politeness_violations, run_workers
 from enrich_crawl.testing.web import requests_by_host, running_web
 
@@ -128,6 +133,47 @@ def test_shared_limiter_spaces_two_processes_on_one_host(mongo_server, mongo_db_
     assert len(log) == 12 and {name for *_, name in log} == {"a", "b"}
     for (_sent, answered, _), (next_sent, _, _) in itertools.pairwise(log):
         assert next_sent - answered >= delay - 0.002
+
+
+def test_a_host_held_by_a_killed_process_is_free_a_delay_later(mongo_server, mongo_db_name):
+    """The retry of a killed shard does not wait out its predecessor's lease: a host held by a
+    process of this machine that no longer exists is free `delay` after it is seen; a host held
+    by a live process (or one of another machine) stays held until its lease ends."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host_name = socket.gethostname()
+    delay = 0.3
+
+    async def main() -> tuple[float, float, Counter]:
+        state = CrawlState(mongo_server.uri, mongo_db_name, worker=f"s01@{host_name}:{os.getpid()}")
+        await state.open()
+        hosts = state.db["_crawl_hosts"]
+        lease_end = time.time() + 90
+        await hosts.insert_many(
+            [
+                {"_id": "dead.example", "next_at": lease_end, "by": f"s00@{host_name}:{dead.pid}:7"},
+                {"_id": "live.example", "next_at": lease_end, "by": f"s00@{host_name}:1:7"},
+                {"_id": "far.example", "next_at": lease_end, "by": f"s00@other-machine:{dead.pid}:7"},
+            ]
+        )
+        limiter = HostLimiter(state, max_wait=1.0)
+        try:
+            started = time.monotonic()
+            await limiter.acquire("dead.example", delay, timeout=5.0)
+            took = time.monotonic() - started
+            refused = 0
+            for host in ("live.example", "far.example"):
+                with pytest.raises(HostBusy):
+                    await limiter.acquire(host, delay, timeout=5.0)
+                refused += 1
+            return took, refused, limiter.stats
+        finally:
+            await limiter.close()
+            await state.close()
+
+    took, refused, stats = asyncio.run(main())
+    assert delay - 0.05 <= took < 5.0, f"acquired after {took:.2f} s"
+    assert refused == 2 and stats["reclaimed"] == 1
 
 
 def test_limiter_keeps_politeness_when_the_database_is_unreachable(tmp_path: Path):

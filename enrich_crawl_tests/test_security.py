@@ -29,7 +29,7 @@ import pytest
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.services import free_port
-from enrich_crawl_tests.conftest import REPO, product_env
+from enrich_crawl_tests.conftest import REPO, product_env, start_cli_run
 
 pytestmark = pytest.mark.slow
 
@@ -108,24 +108,8 @@ def test_passwords_never_reach_logs_metadata_files_or_command_lines(
         **postgres_server.env,
     )
     secrets = {"MongoDB": mongo_secret, "PostgreSQL": postgres_server.password}
-    cli = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enrich_crawl.cli",
-            "run",
-            "-v",  # Dagster's and the crawl's own logs too
-            "--dataset",
-            str(built.spec),
-            "--mappings",
-            str(built.mappings),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    # -v: Dagster's and the crawl's own logs too
+    cli = start_cli_run(built, env, "-v", merge_stderr=False, text=False)
     command_lines: set[str] = set()
     listening: dict[str, str] = {}
     root = psutil.Process(cli.pid)

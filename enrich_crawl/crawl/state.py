@@ -309,6 +309,22 @@ class HostBusy(Exception):
     """Another crawl process kept a host longer than a request may wait."""
 
 
+def _holder_is_dead(token: Any) -> bool:
+    """Whether a limiter token (`<partition>@<hostname>:<pid>:<n>`) names a process of this
+    machine that no longer exists. Tokens of other machines are never judged dead: their leases
+    run out by themselves."""
+    if not isinstance(token, str):
+        return False
+    holder, _, rest = token.rpartition("@")
+    hostname, _, pid_and_n = rest.partition(":")
+    pid = pid_and_n.partition(":")[0]
+    if not holder or hostname != socket.gethostname() or not pid.isdigit():
+        return False
+    import psutil
+
+    return int(pid) != os.getpid() and not psutil.pid_exists(int(pid))
+
+
 @dataclass
 class _Hold:
     token: str
@@ -337,7 +353,9 @@ class HostLimiter:
     their turn; a host it has no more requests for is handed back `IDLE_GRACE` after its delay.
     A host crawled by one process costs two database writes per visit, not per request. Its own
     requests are spaced by its downloader slot, which also counts from the previous answer. A host
-    nobody hands back (a killed process) is free again when its lease ends.
+    nobody hands back (a killed process) is free again when its lease ends, or `delay` after
+    another process of the same machine sees that its holder no longer exists (the retry of a
+    killed shard need not wait out the lease).
 
     Clocks: `time.time()` of each machine; NTP keeps them within milliseconds of each other.
     """
@@ -457,6 +475,15 @@ class HostLimiter:
                 self.known.discard(host)
                 continue
             wait = (_epoch(doc.get("next_at")) or 0.0) - time.time()
+            if wait > delay and _holder_is_dead(doc.get("by")):
+                # a killed crawl process of this machine (a retried or re-run shard's previous
+                # attempt) holds the host until its lease ends: its request died with it, so
+                # the host is free `delay` from now, as after an answer
+                await collection.update_one(
+                    {"_id": host, "by": doc["by"]}, {"$set": {"next_at": time.time() + delay}}
+                )
+                self.stats["reclaimed"] += 1
+                continue
             if wait > 0:
                 if waited >= self.max_wait:
                     raise HostBusy(f"{host} kept busy by other crawl processes for {waited:.0f} s")
