@@ -61,9 +61,6 @@ FAULTS = (
 CRAWL_EXTRA = (
     "  download_timeout: 3\n  retries: 1\n  retry_backoff: 0.3\n  retry_backoff_max: 1\n"
     "  recrawl_ttl_hours: 0.0001\n  robots_ttl_hours: 0.0001\n"
-    # a SIGKILLed crawl leaves its hosts leased in the shared limiter until the lease ends (90 s):
-    # off here so that 20 runs fit in minutes (the lease is a bound, not a loss)
-    "  shared_limiter: false\n"
 )
 
 

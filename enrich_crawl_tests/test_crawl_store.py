@@ -131,3 +131,39 @@ def test_records_fresh_in_the_results_collection_are_not_crawled(store_runs):
     # the other records were crawled as usual (no page store in this run)
     assert sum(o["outcome"] == "resolved" for o in outcomes.values()) == web.records - 2
     assert _total(runs["fresh"], "fields_fresh") == 10
+
+
+def test_a_page_stored_again_replaces_the_stored_copy(mongo_server, mongo_db_name):
+    """A re-fetched page replaces its stored document, body included (binary data), and a later
+    permanent failure of the same URL clears what the successful fetch had stored; no write is
+    refused and the state stays available."""
+    import asyncio
+
+    from enrich_crawl.crawl.state import CrawlState, compress, decompress
+
+    key = "http://site.example/page"
+
+    async def main():
+        state = CrawlState(mongo_server.uri, mongo_db_name, worker="t")
+        await state.open()
+        try:
+            stored = []
+            for n, doc in enumerate(
+                (
+                    {"_id": key, "url": key, "status": 200, "etag": '"v1"', "body": compress(b"v1")},
+                    {"_id": key, "url": key, "status": 200, "etag": '"v2"', "body": compress(b"v2")},
+                    {"_id": key, "url": key, "reason": "http_404", "body": None},
+                )
+            ):
+                state.page_put({**doc, "fetched_at": time.time() + n})
+                await state.flush()
+                stored.append((await state.pages_get([key]))[key])
+            return stored, state.available, dict(state.stats)
+        finally:
+            await state.close()
+
+    (first, second, gone), available, stats = asyncio.run(main())
+    assert decompress(first["body"]) == b"v1" and decompress(second["body"]) == b"v2"
+    assert second["etag"] == '"v2"'
+    assert gone["reason"] == "http_404" and not gone["etag"] and not gone["body"]
+    assert available and not stats.get("write_errors/_crawl_pages")

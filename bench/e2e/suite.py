@@ -915,7 +915,7 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
             f"{_fmt(rss['ratio'], 3)}.",
             "",
         ]
-    notes = data.get("notes") or []
+    notes = list(results.get("run_notes") or []) + list(data.get("notes") or [])
     if notes:
         lines += ["Notes:", "", *[f"- {n}" for n in notes], ""]
     lines += [

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pymongo.errors import BulkWriteError
+
 from enrich_crawl.crawl.robots import RobotsRules
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,22 @@ logger = logging.getLogger(__name__)
 HOSTS = "_crawl_hosts"
 ROBOTS = "_crawl_robots"
 PAGES = "_crawl_pages"
+# every field of a `_crawl_pages` document (enrich_crawl.crawl.spider writes them)
+PAGE_FIELDS = (
+    "_id",
+    "url",
+    "status",
+    "fetched_at",
+    "etag",
+    "last_modified",
+    "content_type",
+    "content_hash",
+    "rendered",
+    "useful",
+    "body",
+    "run_id",
+    "reason",
+)
 ORIGINS = "_crawl_origins"  # {_id: origin, stored_at}: origins with pages in _crawl_pages
 
 # failures worth remembering until the page is stale: asking again soon gives the same answer
@@ -127,6 +145,7 @@ class CrawlState:
         self.available = True
         self._flusher: asyncio.Task | None = None
         self._flush_lock: asyncio.Lock | None = None
+        self._write_error_logged = False
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -186,6 +205,21 @@ class CrawlState:
                     try:
                         await self.db[name].bulk_write(batch, ordered=False)
                         self.stats[f"writes/{name}"] += len(batch)
+                    except BulkWriteError as exc:
+                        # documents the server refused, one by one: the rest of the batch
+                        # (unordered) was written, and the database is still there
+                        refused = exc.details.get("writeErrors") or []
+                        self.stats[f"writes/{name}"] += len(batch) - len(refused)
+                        self.stats[f"write_errors/{name}"] += len(refused)
+                        if refused and not self._write_error_logged:
+                            self._write_error_logged = True
+                            logger.warning(
+                                "%s: %d of %d documents refused (%s); going on",
+                                name,
+                                len(refused),
+                                len(batch),
+                                refused[0].get("errmsg"),
+                            )
                     except Exception as exc:
                         self._failed(f"write {name}", exc)
                         ops.clear()
@@ -265,9 +299,14 @@ class CrawlState:
         return out
 
     def page_put(self, doc: dict[str, Any]) -> None:
-        from pymongo import ReplaceOne
+        # `$set` of every field a page document can have (absent ones as null): a replacement,
+        # written as an update because some MongoDB-wire servers (nx-27017) refuse to replace a
+        # stored document that holds binary data
+        from pymongo import UpdateOne
 
-        self._queue(PAGES, ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
+        fields = dict.fromkeys(PAGE_FIELDS) | doc
+        del fields["_id"]
+        self._queue(PAGES, UpdateOne({"_id": doc["_id"]}, {"$set": fields}, upsert=True))
 
     # -- records already resolved ----------------------------------------------------------------
 
