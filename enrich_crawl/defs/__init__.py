@@ -6,3 +6,7 @@ import dagster as dg
 
 # BackfillPolicy on assets is marked beta by Dagster; it is what lets one run take every shard
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
+# Dagster's own Pipes message reader calls a preview API of Dagster on every crawl step
+warnings.filterwarnings(
+    "ignore", message=r".*PipesMessageReader\.expected_writer_count", category=dg.PreviewWarning
+)
