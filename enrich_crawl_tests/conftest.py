@@ -7,10 +7,13 @@ skipping it: CI must prove everything, not skip it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +156,22 @@ def start_cli_run(
         text=text,
         start_new_session=True,
     )
+
+
+def wait_for_dagster_dev(process: subprocess.Popen, url: str, log: Path, timeout: float = 180) -> None:
+    """Wait until `dagster dev` (started by a test, output in `log`) answers on `url`; fail with
+    the end of its log if it dies or does not come up within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, log.read_text()[-3000:]
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{url}/server_info", timeout=2) as response,
+        ):
+            if response.status == 200:
+                return
+        assert time.monotonic() < deadline, "dagster dev did not come up"
+        time.sleep(1)
 
 
 def load_json(path: Path):

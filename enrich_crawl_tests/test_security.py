@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 
 import psutil
@@ -29,7 +28,7 @@ import pytest
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.services import free_port
-from enrich_crawl_tests.conftest import REPO, product_env, start_cli_run
+from enrich_crawl_tests.conftest import REPO, product_env, start_cli_run, wait_for_dagster_dev
 
 pytestmark = pytest.mark.slow
 
@@ -219,17 +218,7 @@ def test_the_ui_listens_on_loopback_by_default(tmp_path, mongo_server):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, (tmp_path / "dagster-dev.log").read_text()[-3000:]
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as r,
-            ):
-                if r.status == 200:
-                    break
-            assert time.monotonic() < deadline, "dagster dev did not come up"
-            time.sleep(1)
+        wait_for_dagster_dev(process, f"http://127.0.0.1:{port}", tmp_path / "dagster-dev.log")
         listening = _listening(_tree(psutil.Process(process.pid)))
         assert any(addr.endswith(f":{port}") for addr in listening), listening
         exposed = {a: c for a, c in listening.items() if not _loopback(a.rsplit(":", 1)[0])}

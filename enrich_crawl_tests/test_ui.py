@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from enrich_crawl.runner import LOCAL_INSTANCE_YAML
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
 from enrich_crawl.testing.services import free_port
-from enrich_crawl_tests.conftest import REPO, product_env
+from enrich_crawl_tests.conftest import REPO, product_env, wait_for_dagster_dev
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -120,17 +119,7 @@ def dagster_dev(tmp_path_factory, mongo_server):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, (root / "dagster-dev.log").read_text()[-3000:]
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{url}/server_info", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    break
-            assert time.monotonic() < deadline, "dagster dev did not come up"
-            time.sleep(1)
+        wait_for_dagster_dev(process, url, root / "dagster-dev.log")
         yield DagsterDev(url, home, root / "work", name, process)
     finally:
         _stop_group(process)
