@@ -34,8 +34,28 @@ FLUSH_MARGIN = 5.0  # seconds: pages are persisted in batches every 0.5 s (a loa
 RUN_BOUND = 300.0  # seconds a run may take, at most, once the fault was injected
 
 
-def _start_run(built, env) -> subprocess.Popen:
-    return start_cli_run(built, env)
+def _run_env(mongo_server, mongo_db_name, home: Path, work: Path, **extra: str) -> dict[str, str]:
+    return product_env(
+        MONGODB_URI=mongo_server.uri,
+        MONGODB_DB=mongo_db_name,
+        DAGSTER_HOME=str(home),
+        ENRICH_WORK_DIR=str(work),
+        ENRICH_SHARDS="2",
+        **extra,
+    )
+
+
+def _wait_for_s00_crawl(name: str, work: Path, cli: subprocess.Popen, pages: int):
+    """The crawl worker of shard s00 once its web has served `pages` record pages."""
+    log = work / name / "crawl" / "s00" / "web-requests.jsonl"
+
+    def crawled() -> list | None:
+        fetched = _pages_fetched(read_log(log)) if log.exists() else []
+        workers = [w for w in crawl_workers() if w.dataset == name and w.partition == "s00"]
+        return workers if len(fetched) >= pages and workers else None
+
+    (worker,) = _wait_until(f"the crawl of s00 fetched {pages} pages", crawled, cli)
+    return worker
 
 
 def _finish(cli: subprocess.Popen, timeout: float = RUN_BOUND) -> str:
@@ -91,31 +111,15 @@ def test_a_crawl_killed_mid_partition_fails_its_step_and_the_rerun_resumes_witho
     built = build_polite_dataset(
         tmp_path / "polite", shards=2, records_per_host=16, crawl_delay=0.3, name=name
     )
-    # the shared limiter off: the killed process's hosts stay leased until the lease ends (90 s),
-    # a bound on politeness that would only slow the re-run down
-    text = built.spec.read_text("utf-8")
-    assert "\n  depth: 0\n" in text
-    built.spec.write_text(text.replace("\n  depth: 0\n", "\n  depth: 0\n  shared_limiter: false\n"))
+    # the shared per-host limiter stays on: the re-run takes back the hosts the killed crawl held
     work = tmp_path / "work"
-    env = product_env(
-        MONGODB_URI=mongo_server.uri,
-        MONGODB_DB=mongo_db_name,
-        DAGSTER_HOME=str(dagster_home),
-        ENRICH_WORK_DIR=str(work),
-        ENRICH_SHARDS="2",
-        ENRICH_CRAWL_RETRIES="0",  # the kill fails the step at once (retries: the soak)
-    )
+    # ENRICH_CRAWL_RETRIES=0: the kill fails the step at once (retries: the soak)
+    env = _run_env(mongo_server, mongo_db_name, dagster_home, work, ENRICH_CRAWL_RETRIES="0")
     s00_log = work / name / "crawl" / "s00" / "web-requests.jsonl"
 
-    cli = _start_run(built, env)
+    cli = start_cli_run(built, env)
     try:
-
-        def s00_half_way():
-            pages = _pages_fetched(read_log(s00_log)) if s00_log.exists() else []
-            workers = [w for w in crawl_workers() if w.dataset == name and w.partition == "s00"]
-            return workers if len(pages) >= 8 and workers else None
-
-        (worker,) = _wait_until("the crawl of s00 was half-way", s00_half_way, cli)
+        worker = _wait_for_s00_crawl(name, work, cli, pages=8)  # half-way
         killed_at = time.time()
         worker.process.send_signal(signal.SIGKILL)
         out = _finish(cli)
@@ -156,7 +160,7 @@ def test_a_crawl_killed_mid_partition_fails_its_step_and_the_rerun_resumes_witho
     assert early <= persisted, sorted(early - persisted)
 
     # the re-run resumes: pages fetched (and persisted) before the kill are not fetched again
-    cli = _start_run(built, env)
+    cli = start_cli_run(built, env)
     try:
         out = _finish(cli)
     finally:
@@ -201,24 +205,10 @@ def test_a_step_process_killed_abruptly_leaves_no_crawl_behind_and_the_run_ends(
         tmp_path / "polite", shards=2, records_per_host=20, crawl_delay=0.5, name=name
     )
     work = tmp_path / "work"
-    env = product_env(
-        MONGODB_URI=mongo_server.uri,
-        MONGODB_DB=mongo_db_name,
-        DAGSTER_HOME=str(dagster_home),
-        ENRICH_WORK_DIR=str(work),
-        ENRICH_SHARDS="2",
-        ENRICH_CRAWL_RETRIES="0",
-    )
-    s00_log = work / name / "crawl" / "s00" / "web-requests.jsonl"
-    cli = _start_run(built, env)
+    env = _run_env(mongo_server, mongo_db_name, dagster_home, work, ENRICH_CRAWL_RETRIES="0")
+    cli = start_cli_run(built, env)
     try:
-
-        def s00_crawling():
-            pages = _pages_fetched(read_log(s00_log)) if s00_log.exists() else []
-            workers = [w for w in crawl_workers() if w.dataset == name and w.partition == "s00"]
-            return workers if len(pages) >= 2 and workers else None
-
-        (worker,) = _wait_until("the crawl of s00 fetched pages", s00_crawling, cli)
+        worker = _wait_for_s00_crawl(name, work, cli, pages=2)
         tree = worker.tree()
         step = worker.process.parent()
         assert step is not None and step.pid != cli.pid
@@ -251,16 +241,10 @@ def test_postgres_restarted_during_a_run_fails_or_completes_it_never_hangs(
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")  # the production instance
     work = tmp_path / "work"
-    env = product_env(
-        MONGODB_URI=mongo_server.uri,
-        MONGODB_DB=mongo_db_name,
-        DAGSTER_HOME=str(home),
-        ENRICH_WORK_DIR=str(work),
-        ENRICH_SHARDS="2",
-        ENRICH_CRAWL_RETRY_DELAY="1",
-        **postgres_server.env,
+    env = _run_env(
+        mongo_server, mongo_db_name, home, work, ENRICH_CRAWL_RETRY_DELAY="1", **postgres_server.env
     )
-    cli = _start_run(built, env)
+    cli = start_cli_run(built, env)
     try:
 
         def crawling():
