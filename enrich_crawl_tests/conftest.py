@@ -131,13 +131,44 @@ def run_cli(
     )
 
 
+class LoggedRun(subprocess.Popen):
+    """A command whose output goes to files, not pipes: a test that waits for something while the
+    command runs reads nothing meanwhile, and a full pipe (64 KB) would block the command's
+    logging, and with it its crawls' Pipes messages. `communicate()` waits, then returns what the
+    command wrote, as a pipe would."""
+
+    def __init__(self, args: list[str], *, merge_stderr: bool, text: bool, **kwargs: Any):
+        import tempfile
+
+        self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by communicate/__del__)
+        self._err = None if merge_stderr else tempfile.TemporaryFile()  # noqa: SIM115
+        self._as_text = text
+        super().__init__(
+            args,
+            stdout=self._out,
+            stderr=subprocess.STDOUT if merge_stderr else self._err,
+            **kwargs,
+        )
+
+    def _read(self, handle: Any) -> Any:
+        if handle is None:
+            return None
+        handle.seek(0)
+        data = handle.read()
+        return data.decode("utf-8", "replace") if self._as_text else data
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        self.wait(timeout)
+        return self._read(self._out), self._read(self._err)
+
+
 def start_cli_run(
     built: Any, env: dict[str, str], *flags: str, merge_stderr: bool = True, text: bool = True
-) -> subprocess.Popen:
+) -> LoggedRun:
     """Start `enrich-crawl run [FLAGS] --dataset SPEC --mappings DIR` of a built virtual-web
     dataset in the background, in its own session (a test can kill its whole tree), as a user
     would."""
-    return subprocess.Popen(
+    return LoggedRun(
         [
             sys.executable,
             "-m",
@@ -151,8 +182,7 @@ def start_cli_run(
         ],
         env=env,
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        merge_stderr=merge_stderr,
         text=text,
         start_new_session=True,
     )

@@ -19,7 +19,7 @@ import pytest
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import CrawlWorker, alive, crawl_workers
-from enrich_crawl_tests.conftest import product_env, start_cli_run
+from enrich_crawl_tests.conftest import LoggedRun, product_env, start_cli_run
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def test_ctrl_c_on_dagster_job_execute_stops_every_crawl_process(long_crawl, tmp
             }
         )
     )
-    cli = subprocess.Popen(
+    cli = LoggedRun(
         [
             sys.executable,
             "-m",
@@ -151,8 +151,7 @@ def test_ctrl_c_on_dagster_job_execute_stops_every_crawl_process(long_crawl, tmp
         ],
         env=env,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        merge_stderr=True,
         text=True,
         start_new_session=True,
     )
@@ -171,6 +170,6 @@ def test_ctrl_c_on_dagster_job_execute_stops_every_crawl_process(long_crawl, tmp
         while time.monotonic() < deadline and not all(f.exists() for f in files):
             time.sleep(0.2)
         stats = [json.loads(f.read_text()) for f in files if f.exists()]
-        assert len(stats) == 2 and all(s["pages"] < 60 for s in stats)
+        assert len(stats) == 2 and all(s["pages"] < 60 for s in stats), out[-3000:]
     finally:
         _cleanup(name, cli)
