@@ -174,8 +174,12 @@ def test_enrich_job_on_two_celery_workers_matches_a_local_run(
         (run,) = instance.get_runs(limit=1)
         assert run.status == dg.DagsterRunStatus.SUCCESS
         records = instance.fetch_materializations(dg.AssetKey("crawl_results"), limit=100)
+        # this run's only: the PostgreSQL server (and its instance database) is the session's,
+        # and other tests' runs materialise crawl_results in it too
         nodes = {
-            r.partition_key: r.asset_materialization.metadata["node"].value for r in records.records
+            r.partition_key: r.asset_materialization.metadata["node"].value
+            for r in records.records
+            if r.run_id == run.run_id
         }
     assert len(nodes) == int(shards)
     ran_on = {

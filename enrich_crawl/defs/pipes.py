@@ -39,28 +39,6 @@ def _tree(pid: int) -> list[Any]:
         return []
 
 
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """SIGINT and SIGTERM are only recorded while the crawl tree is being stopped: one Ctrl-C
-    reaches a step twice (from the terminal, then from the run's termination handling), and a
-    second interrupt must not cut the cleanup short and leave processes behind."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def record(signum, frame):
-        pass
-
-    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def terminate_tree(process: subprocess.Popen, timeout: float) -> None:
     """SIGINT to the worker's process group, wait up to `timeout`, then SIGKILL everything left.
 
@@ -71,48 +49,70 @@ def terminate_tree(process: subprocess.Popen, timeout: float) -> None:
     """
     import psutil
 
-    with _interrupts_deferred():
-        members = {p.pid: p for p in _tree(process.pid)}
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGINT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and process.poll() is None:
-            members.update((p.pid, p) for p in _tree(process.pid))
-            time.sleep(0.1)
+    members = {p.pid: p for p in _tree(process.pid)}
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
         members.update((p.pid, p) for p in _tree(process.pid))
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        for member in members.values():
-            with contextlib.suppress(psutil.Error):
-                member.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-        psutil.wait_procs(list(members.values()), timeout=5)
+        time.sleep(0.1)
+    members.update((p.pid, p) for p in _tree(process.pid))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for member in members.values():
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+    psutil.wait_procs(list(members.values()), timeout=5)
 
 
 class CrawlTerminated(BaseException):
     """The step process was asked to terminate (SIGTERM) while its crawl was running."""
 
 
-@contextlib.contextmanager
-def _terminate_raises():
-    """While the crawl runs, SIGTERM to the step process (a run worker or Celery worker being shut
-    down) stops the crawl tree like an interrupt does, instead of killing the step at once and
-    leaving the crawl behind."""
-    import threading
+class _StopSignals:
+    """While a crawl runs, the first SIGINT or SIGTERM to the step process stops it waiting for
+    the crawl, which it then stops (`terminate_tree`); every later one is only recorded.
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    One Ctrl-C reaches a step twice: from the terminal, then from the run's termination handling
+    (Dagster interrupts its steps). A second interrupt raised while the step stops its crawl tree
+    would cut that short and let the kernel kill the crawl (PR_SET_PDEATHSIG) before it writes its
+    statistics. The handler is in place before the first signal comes and turns itself off as it
+    raises, so there is no window between the two. SIGINT raises what the step's own handler
+    raises (Dagster's interrupt error); SIGTERM (a run worker or Celery worker being shut down)
+    raises CrawlTerminated instead of killing the step at once and leaving the crawl behind.
+    """
 
-    def handler(signum, frame):
+    def __init__(self) -> None:
+        self.stopping = False
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {
+                sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
+            }
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if self.stopping:
+            return
+        self.stopping = True
+        previous = self._previous.get(signum)
+        if signum == signal.SIGINT and callable(previous):
+            previous(signum, frame)  # Dagster's: raises its interrupt error
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise CrawlTerminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _parent_death_signal():
@@ -157,7 +157,7 @@ class CrawlProcessClient(dg.ConfigurableResource):
                 message_reader=PipesTempFileMessageReader(),
                 extras={"params": params.to_dict()},
             ) as session,
-            _terminate_raises(),
+            _StopSignals() as signals,
         ):
             process = subprocess.Popen(
                 command,
@@ -169,6 +169,7 @@ class CrawlProcessClient(dg.ConfigurableResource):
                 context.log.info(f"crawl of shard {params.partition} started (pid {process.pid})")
                 returncode = process.wait()
             except BaseException:
+                signals.stopping = True  # whatever stopped the wait: later signals are recorded
                 # first stop the tree (logging may fail in a run that is going away)
                 terminate_tree(process, self.termination_timeout_seconds)
                 with contextlib.suppress(BaseException):
