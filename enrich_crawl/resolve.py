@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from enrich_crawl.dataset.load import read_seed_shard
+from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.staging import DatasetStage, read_jsonl, write_json, write_jsonl
 
 ALTERNATIVES_LIMIT = 3

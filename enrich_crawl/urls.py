@@ -6,6 +6,7 @@ explanation after a colon.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import posixpath
 import re
@@ -144,6 +145,13 @@ def normalise_url(token: str) -> tuple[str | None, str | None]:
         return canonical(text), None
     except ValueError as exc:  # pragma: no cover - w3lib is lenient
         return None, f"invalid_url: {exc}"
+
+
+@functools.lru_cache(maxsize=16384)
+def normalise_link(url: str) -> tuple[str | None, str | None]:
+    """`normalise_url` of a link found on a page (made absolute). The same links recur on every
+    page of a site (menus, footers): their results are remembered, a bounded number of them."""
+    return normalise_url(url)
 
 
 def _remove_dot_segments(path: str) -> str:

@@ -167,3 +167,15 @@ def test_a_page_stored_again_replaces_the_stored_copy(mongo_server, mongo_db_nam
     assert second["etag"] == '"v2"'
     assert gone["reason"] == "http_404" and not gone["etag"] and not gone["body"]
     assert available and not stats.get("write_errors/_crawl_pages")
+
+
+def test_stored_bodies_read_back_whatever_version_wrote_them():
+    import zlib
+
+    from enrich_crawl.crawl.state import compress, decompress
+
+    body = ("<html><body>" + "<p>Café – 東京</p>" * 2000 + "</body></html>").encode("utf-8")
+    packed = compress(body)
+    assert len(packed) < len(body) / 4 and decompress(packed) == body
+    assert decompress(zlib.compress(body, 3)) == body  # the bodies earlier versions stored
+    assert decompress(compress(b"")) == b""

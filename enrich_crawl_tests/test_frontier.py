@@ -144,7 +144,12 @@ DIRECTORY = {
 }
 
 
-def test_a_shared_page_is_fetched_once_even_after_leaving_memory(tmp_path, mongo_server):
+@pytest.mark.parametrize("store_pages", [False, True], ids=["scratch-file", "crawled-url-store"])
+def test_a_shared_page_is_fetched_once_even_after_leaving_memory(
+    tmp_path, mongo_server, store_pages
+):
+    """A page that left memory is served again from the run's scratch file, or (when the
+    crawled-URL store keeps its body) from the store, without a second fetch."""
     root = tmp_path / "web"
     (root / "d-dir.test").mkdir(parents=True)
     (root / "d-fill.test").mkdir()
@@ -162,7 +167,7 @@ def test_a_shared_page_is_fetched_once_even_after_leaving_memory(tmp_path, mongo
             encoding="utf-8",
         )
         rows.append({"id": f"fill{i}", "url": f"http://d-fill.test/p{i}.html"})
-    crawl = {"default_delay": 0.05, "page_cache_mb": 0.01, "store_pages": False}
+    crawl = {"default_delay": 0.05, "page_cache_mb": 0.01, "store_pages": store_pages}
     dataset, mappings = write_dataset(
         tmp_path, rows, fields={"value": {}}, mappings={"directory": DIRECTORY}, crawl=crawl
     )
@@ -186,7 +191,11 @@ def test_a_shared_page_is_fetched_once_even_after_leaving_memory(tmp_path, mongo
     paths = [e["path"] for e in requests_by_host(log)["d-dir.test"]]
     assert paths == ["/robots.txt", "/orgs.html"]
     stats = run.stats["s00"]
-    assert stats["pages_spilled"] > 0 and stats["pages_reused"] == 11
+    assert stats["pages_reused"] == 11 and stats["pages_from_store"] == 0
+    if store_pages:  # the stored pages left memory without a copy in the scratch file
+        assert stats["pages_left_to_store"] > 0 and stats["pages_spilled"] == 0
+    else:
+        assert stats["pages_spilled"] > 0 and stats["pages_left_to_store"] == 0
 
 
 @pytest.fixture(scope="module")

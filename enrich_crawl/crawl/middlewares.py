@@ -29,6 +29,7 @@ from scrapy import Request, signals
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.exceptions import StopDownload
 from scrapy.http.request import NO_CALLBACK
+from scrapy.logformatter import LogFormatter
 
 from enrich_crawl.config import CrawlConfig
 from enrich_crawl.crawl.errors import (
@@ -57,6 +58,7 @@ __all__ = [
     "BackoffRetryMiddleware",
     "DownloadGuard",
     "GoalMiddleware",
+    "QuietLogFormatter",
     "RedirectLoopMiddleware",
     "Refused",
     "RobotsMiddleware",
@@ -476,3 +478,21 @@ class DownloadGuard:
 
 def host_of(url: str) -> str:
     return (urlsplit(url).hostname or "").lower()
+
+
+class QuietLogFormatter(LogFormatter):
+    """Scrapy's log formatter, without the DEBUG "Crawled (200) <GET ...>" line of every response
+    when the log level hides it anyway: Scrapy builds that record (and its referer) for every
+    page before the handler drops it."""
+
+    def __init__(self, debug: bool = False):
+        self.debug = debug
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> QuietLogFormatter:
+        level = crawler.settings.get("LOG_LEVEL") or "DEBUG"
+        numeric = level if isinstance(level, int) else logging.getLevelName(str(level).upper())
+        return cls(debug=isinstance(numeric, int) and numeric <= logging.DEBUG)
+
+    def crawled(self, request: Request, response: Response, spider: Any) -> Any:
+        return super().crawled(request, response, spider) if self.debug else None

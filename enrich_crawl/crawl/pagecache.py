@@ -2,9 +2,11 @@
 
 A bounded in-memory LRU of pages (bodies); only the few most recently used keep their parsed form
 (an lxml tree weighs ten times its page), the others are parsed again if a record needs them. Pages
-the LRU evicts, and every page that failed, go to a scratch SQLite file on local disk, so a page
-needed again later in the run is never fetched twice and memory stays flat however many pages the
-run touches. The file is deleted when the crawl ends.
+the LRU evicts go to a scratch SQLite file on local disk, unless the crawled-URL store keeps their
+body (`put(..., stored=True)`: the spider then finds them there, as it finds the pages of earlier
+runs), and so does every page that failed: a page needed again later in the run is never fetched
+twice, and memory stays flat however many pages the run touches. The file is deleted when the
+crawl ends.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import json
 import shutil
 import sqlite3
 import tempfile
-import zlib
 from collections import OrderedDict
 from pathlib import Path
 
+from enrich_crawl.crawl.state import BoundedSet, decompress, stored_body
 from enrich_crawl.extract.page import Page
 
 # cached_property values of a Page that hold its parsed form (recomputed on demand)
@@ -34,6 +36,11 @@ class PageCache:
         self.max_parsed = max_parsed
         self.bytes = 0
         self.pages: OrderedDict[str, Page] = OrderedDict()
+        self.weights: dict[str, int] = {}  # bytes counted for each page in memory
+        self.in_store: set[str] = set()  # keys of pages in memory whose body the store keeps
+        # pages that left memory for the store alone (the most recent ones: memory stays flat;
+        # an older one is looked up like a page of an earlier run, or fetched again)
+        self.dropped_keys = BoundedSet(100_000)
         self.parsed: OrderedDict[str, Page] = OrderedDict()
         self._dir = Path(tempfile.mkdtemp(prefix="enrich-crawl-pages-", dir=spill_dir))
         self.db = sqlite3.connect(self._dir / "pages.sqlite", isolation_level=None)
@@ -45,6 +52,7 @@ class PageCache:
         )
         self.db.execute("CREATE TABLE robots (origin TEXT PRIMARY KEY, doc TEXT)")
         self.spilled = 0
+        self.dropped = 0  # evicted without a spill: the crawled-URL store has them
         self.reloaded = 0
 
     def get(self, key: str) -> Page | None:
@@ -61,13 +69,18 @@ class PageCache:
         if row is None:
             return None
         url, status, ctype, fetched_at, content_hash, rendered, body = row
-        page = Page(url, zlib.decompress(body), content_type=ctype or None, status=status)
+        page = Page(url, decompress(body), content_type=ctype or None, status=status)
+        page.__dict__["_stored_body"] = body  # compressed already (state.stored_body)
         page.fetched_at = fetched_at
         page.content_hash = content_hash
         page.rendered = bool(rendered)
         self.reloaded += 1
         self._remember(key, page)
         return page
+
+    def in_store_only(self, key: str) -> bool:
+        """This run's page `key` left memory for the crawled-URL store (ask the store for it)."""
+        return key in self.dropped_keys
 
     def failure(self, key: str) -> str | None:
         """The reason the page failed earlier in this run, or None."""
@@ -76,9 +89,13 @@ class PageCache:
         ).fetchone()
         return row[0] if row else None
 
-    def put(self, key: str, page: Page) -> None:
+    def put(self, key: str, page: Page, *, stored: bool = False) -> None:
+        """Keep `page` for this run; `stored`: the crawled-URL store has its body (under `key`),
+        so it need not be spilled when memory is short."""
         if key in self.pages:
             return
+        if stored:
+            self.in_store.add(key)
         self._remember(key, page)
 
     def put_failure(self, key: str, reason: str) -> None:
@@ -97,13 +114,19 @@ class PageCache:
     def _remember(self, key: str, page: Page) -> None:
         self.pages[key] = page
         self._parsed(key, page)
-        self.bytes += page_weight(page)
+        weight = self.weights[key] = page_weight(page)
+        self.bytes += weight
         while self.bytes > self.max_bytes and len(self.pages) > 1:
             old_key, old = self.pages.popitem(last=False)
-            self.bytes -= page_weight(old)
+            self.bytes -= self.weights.pop(old_key)
             if self.parsed.pop(old_key, None) is not None:
                 strip_parsed(old)
-            self._spill(old_key, old)
+            if old_key in self.in_store:
+                self.in_store.discard(old_key)
+                self.dropped_keys.add(old_key)
+                self.dropped += 1
+            else:
+                self._spill(old_key, old)
 
     def _spill(self, key: str, page: Page) -> None:
         self.db.execute(
@@ -116,7 +139,7 @@ class PageCache:
                 getattr(page, "fetched_at", None),
                 getattr(page, "content_hash", None),
                 int(bool(getattr(page, "rendered", False))),
-                zlib.compress(page.body, 1),
+                stored_body(page),  # made once, shared with the crawled-URL store
             ),
         )
         self.spilled += 1
@@ -151,5 +174,7 @@ def strip_parsed(page: Page) -> None:
 
 
 def page_weight(page: Page) -> int:
-    """Bytes a cached page holds: its body, its decoded text and a fixed overhead."""
-    return len(page.body) + len(getattr(page, "text", "") or "") + ENTRY_OVERHEAD
+    """Bytes a cached page holds: its body (and its compressed copy, when it has one), its
+    decoded text and a fixed overhead."""
+    compressed = len(page.__dict__.get("_stored_body") or b"")
+    return len(page.body) + compressed + len(getattr(page, "text", "") or "") + ENTRY_OVERHEAD

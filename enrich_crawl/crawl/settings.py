@@ -106,6 +106,13 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         "MEMUSAGE_ENABLED": False,
         "HTTPERROR_ALLOWED_CODES": [],
         "DEPTH_LIMIT": 0,  # depth is per record, enforced by the frontier
+        # every spider middleware wraps each page's output in one more async generator: Scrapy's
+        # request depth (the frontier counts depth per record) and its meta-copy warning (the
+        # spider builds each request's meta afresh) are left out
+        "SPIDER_MIDDLEWARES": {
+            "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
+            "scrapy.spidermiddlewares.metacopy.MetaCopyDetectionMiddleware": None,
+        },
         "CLOSESPIDER_TIMEOUT": config.time_budget_seconds or 0,
         "DOWNLOADER_MIDDLEWARES": {
             f"{_MW}.GoalMiddleware": 50,
@@ -118,12 +125,19 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
             # above RedirectMiddleware (600): sees a 3xx before it is followed
             f"{_MW}.RedirectLoopMiddleware": 650,
         },
+        # only the Scrapy extensions a crawl worker uses: the others (telnet, memory usage, feed
+        # export, log stats, job state, AutoThrottle, remote control, core stats) would each be
+        # imported to say NotConfigured or count what stats.json counts already (RemoteControl
+        # alone imports aiohttp: 0.2 s of every worker's start); CloseSpider runs time budgets
+        "EXTENSIONS_BASE": {
+            "scrapy.extensions.logcount.LogCount": 0,
+            "scrapy.extensions.closespider.CloseSpider": 0,
+        },
         "EXTENSIONS": {
             f"{_MW}.Throttle": 0,
             f"{_MW}.DownloadGuard": 0,
-            "scrapy.extensions.throttle.AutoThrottle": None,
-            "scrapy.extensions.telnet.TelnetConsole": None,
         },
+        "LOG_FORMATTER": f"{_MW}.QuietLogFormatter",
         "ENRICH_PROXY": params.proxy or "",
         "ENRICH_ALLOW_PRIVATE": params.allow_private,
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",

@@ -71,14 +71,14 @@ from enrich_crawl.crawl.state import (
     PERMANENT_FAILURES,
     CrawlState,
     HostLimiter,
-    compress,
     decompress,
+    stored_body,
 )
-from enrich_crawl.dataset.load import read_seed_shard
+from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.extract.mapping import Mapping, MappingResult, MappingSet, run_mapping
 from enrich_crawl.extract.page import Page
 from enrich_crawl.staging import dumps
-from enrich_crawl.urls import normalise_url, page_key
+from enrich_crawl.urls import normalise_link, page_key
 
 logger = logging.getLogger(__name__)
 
@@ -357,7 +357,11 @@ class EnrichSpider(scrapy.Spider):
             docs: dict[str, dict[str, Any]] = {}
             if unknown and self.state is not None and self.config.store_pages:
                 stored = await self.state.origins_with_pages({origin_of(o.key) for o in unknown})
-                lookup = [o.key for o in unknown if origin_of(o.key) in stored]
+                lookup = [
+                    o.key
+                    for o in unknown
+                    if origin_of(o.key) in stored or self.pages.in_store_only(o.key)
+                ]
                 if lookup:
                     docs = await self.state.pages_get(lookup)
             for order in unknown:
@@ -408,8 +412,10 @@ class EnrichSpider(scrapy.Spider):
         )
 
     def _from_store(self, order: FetchOrder, doc: dict[str, Any]) -> list[FetchOrder] | None:
-        """Orders that follow from serving `order` from the store, or None to fetch it."""
-        fresh = time.time() - float(doc.get("fetched_at") or 0) < self.recrawl_ttl
+        """Orders that follow from serving `order` from the store, or None to fetch it. A page
+        this run stored (its memory copy made room for others) is fresh whatever the TTL."""
+        this_run = doc.get("run_id") == self.params.run_id
+        fresh = this_run or time.time() - float(doc.get("fetched_at") or 0) < self.recrawl_ttl
         if not fresh:
             return None
         reason = doc.get("reason")
@@ -423,9 +429,9 @@ class EnrichSpider(scrapy.Spider):
         page = self._stored_page(doc)
         if page is None:
             return None
-        self.counts["pages_from_store"] += 1
+        self.counts["pages_reused" if this_run else "pages_from_store"] += 1
         orders = self._process(order.key, page)[0]
-        self._cache(order.key, page)
+        self._cache(order.key, page, stored=page.__dict__.get("_stored_body") is not None)
         return orders
 
     def _stored_page(self, doc: dict[str, Any], fetched_at: float | None = None) -> Page | None:
@@ -455,6 +461,8 @@ class EnrichSpider(scrapy.Spider):
         )
         page.fetched_at = _iso(fetched_at or float(doc.get("fetched_at") or time.time()))
         page.content_hash = doc.get("content_hash")
+        if body is not None:
+            page.__dict__["_stored_body"] = bytes(body)  # compressed already (stored_body)
         page.known_useless = known_useless
         page.rendered = bool(doc.get("rendered"))
         return page
@@ -492,11 +500,13 @@ class EnrichSpider(scrapy.Spider):
         useful = False
         for k in keys:
             more, also_useful = self._process(k, page)
-            self._cache(k, page)
             orders.extend(more)
             useful = useful or also_useful
+        stored = False
         if key not in self.render_target:  # not waiting for its rendered version
-            self._persist(key, page, response, useful)
+            stored = self._persist(key, page, response, useful)
+        for k in keys:
+            self._cache(k, page, stored=stored and k == key)
         for request in await self._dispatch(orders):
             yield request
 
@@ -511,16 +521,17 @@ class EnrichSpider(scrapy.Spider):
             order = FetchOrder(key, response.request.priority, response.meta["enrich_depth"])
             return [self._request(order, None)]
         orders = self._process(key, page)[0]
-        self._cache(key, page)
         doc["fetched_at"] = now
         if self.state is not None:
             self.state.page_put(doc)
+        self._cache(key, page, stored=doc.get("body") is not None and self.state is not None)
         return await self._dispatch(orders)
 
-    def _persist(self, key: str, page: Page, response: Response, useful: bool) -> None:
-        """Remember the page in the crawled-URL store (its body only when it fed a mapping)."""
+    def _persist(self, key: str, page: Page, response: Response, useful: bool) -> bool:
+        """Remember the page in the crawled-URL store (its body only when it fed a mapping);
+        True when the store keeps its body (this run finds it there again)."""
         if self.state is None or not self.config.store_pages:
-            return
+            return False
         keep_body = (useful or self.config.follow_all_links) and len(
             page.body
         ) <= self.config.max_stored_page_bytes
@@ -536,11 +547,12 @@ class EnrichSpider(scrapy.Spider):
             "content_hash": page.content_hash,
             "rendered": bool(getattr(page, "rendered", False)),
             "useful": useful,
-            "body": compress(page.body) if keep_body else None,
+            "body": stored_body(page) if keep_body else None,
             "run_id": self.params.run_id,
         }
         self.state.page_put(doc)
         self.state.mark_origin(origin_of(key))
+        return keep_body and self.state.available
 
     def _remember_failure(self, key: str, reason: str, url: str) -> None:
         self.pages.put_failure(key, reason)
@@ -626,7 +638,7 @@ class EnrichSpider(scrapy.Spider):
         links = []
         seen = set()
         for href in tree.xpath("//a/@href"):
-            url, _ = normalise_url(urljoin(page.base_url, str(href).strip()))
+            url, _ = normalise_link(urljoin(page.base_url, str(href).strip()))
             if url is None or url in seen:
                 continue
             seen.add(url)
@@ -724,10 +736,11 @@ class EnrichSpider(scrapy.Spider):
 
     # -- JavaScript rendering --------------------------------------------------------------------
 
-    def _cache(self, key: str, page: Page) -> None:
-        """This run's copy of the page, unless its records wait for the rendered version."""
+    def _cache(self, key: str, page: Page, *, stored: bool = False) -> None:
+        """This run's copy of the page, unless its records wait for the rendered version;
+        `stored`: the crawled-URL store keeps its body (under `key`)."""
         if key not in self.render_target:
-            self.pages.put(key, page)
+            self.pages.put(key, page, stored=stored)
 
     def _render_wait(self, key: str, target: str) -> None:
         """The records of page `key` wait for the render of URL `target` (a page key)."""
@@ -1003,6 +1016,7 @@ class EnrichSpider(scrapy.Spider):
             "scheduler": scheduler.snapshot() if scheduler else {},
             "state": dict(self.state.stats) if self.state else None,
             "pages_spilled": self.pages.spilled,
+            "pages_left_to_store": self.pages.dropped,
             "seconds": round(elapsed, 3),
             "pages_per_second": round(self.counts["pages"] / elapsed, 3),
             "pages_per_resolved_record": round(self.counts["pages"] / resolved, 3)

@@ -12,12 +12,15 @@ import json
 import logging
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from enrich_crawl.crawl.params import WorkerParams
+
+RUN_LOG_PROGRESS_SECONDS = 60.0  # at most one progress line a minute in the Dagster run's log
 
 
 def run_crawl(
@@ -137,9 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         if params.mongo_uri is None:
             params.mongo_uri = os.environ.get("MONGODB_URI")
 
+        # progress.json follows the crawl every few seconds (what `enrich-crawl run` shows); the
+        # run's log gets a line at most every RUN_LOG_PROGRESS_SECONDS: each line is an event
+        # that Dagster writes to its event log storage (milliseconds of the step's CPU apiece)
+        last_line = [time.monotonic()]
+
         def progress(stats: dict[str, Any]) -> None:
-            pipes.log.info(_format_progress(stats))
-            pipes.report_custom_message({"kind": "progress", "stats": stats})
+            now = time.monotonic()
+            if now - last_line[0] >= RUN_LOG_PROGRESS_SECONDS:
+                last_line[0] = now
+                pipes.log.info(_format_progress(stats))
 
         # the crawl's warnings and errors reach the run's log too (bounded)
         forwarder = LogForwarder(pipes.log)

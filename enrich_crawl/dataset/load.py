@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import difflib
-import json
 import os
 import queue
 import threading
@@ -32,6 +31,7 @@ import pyarrow.parquet as pq
 from enrich_crawl.dataset.clean import ChunkCleaner, CleanChunk
 from enrich_crawl.dataset.profile import TYPE_ERROR_SAMPLE, FieldProfile, Profile
 from enrich_crawl.dataset.read import BATCH_ROWS, RawBatch, ReadError, open_reader
+from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.dataset.spec import DatasetSpec, SpecError
 from enrich_crawl.staging import DatasetStage, atomic_write, dumps, write_json
 
@@ -61,8 +61,6 @@ SEED_SCHEMA = pa.schema(
         ("_cell_errors", pa.string()),
     ]
 )
-_JSON_COLUMNS = ("_url_errors", "_data", "_raw", "_cell_errors")
-_JSON_DEFAULTS = {"_url_errors": "[]", "_data": "{}", "_raw": "{}", "_cell_errors": "[]"}
 
 
 class DatasetError(ValueError):
@@ -486,18 +484,3 @@ def _write_usable(
         if stop > start:
             writers.append(key, table.slice(start, stop - start))
 
-
-# -- downstream ---------------------------------------------------------------------------------
-
-
-def read_seed_shard(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of one seed shard (decoded), one Parquet batch at a time."""
-    if not path.exists():
-        return
-    parquet = pq.ParquetFile(path)
-    for batch in parquet.iter_batches(batch_size=2048):
-        for row in batch.to_pylist():
-            for column in _JSON_COLUMNS:
-                if column in row:
-                    row[column] = json.loads(row[column] or _JSON_DEFAULTS[column])
-            yield row

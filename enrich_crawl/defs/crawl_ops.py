@@ -4,7 +4,8 @@ plan_crawl_shards -> crawl_shard (one mapped step per shard of the run, in the `
 summarize_crawl (statistics as metadata, per shard partition and for the run).
 
 - Each crawl runs in `python -m enrich_crawl.crawl.worker` through Dagster Pipes (pipes.py): its
-  progress lines reach the run's log while it runs, its final statistics come back as a message.
+  progress lines reach the run's log while it runs (one a minute at most; `progress.json` in the
+  staging area follows it every few seconds), its final statistics come back as a message.
 - Transient failures (a worker that crashed, was killed, gave no result) are retried by the
   RetryPolicy. A shard that still fails after its last retry does not fail its step (that would
   abandon every step after the fan-in): it outputs its failure, so the other shards' results are

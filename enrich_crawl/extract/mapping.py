@@ -30,7 +30,7 @@ from enrich_crawl.extract.processors import (
     compile_regex,
 )
 from enrich_crawl.extract.vocabulary import FIELD_TYPES, RENDER_MODES
-from enrich_crawl.urls import normalise_url
+from enrich_crawl.urls import normalise_link
 from enrich_crawl.values import coerce
 
 __all__ = [
@@ -387,7 +387,7 @@ def extract_links(mapping: Mapping, page: Page, ctx: Context) -> list[str]:
             if not text or text == "#":
                 continue
             try:
-                url, _reason = normalise_url(urljoin(base, text))
+                url, _reason = normalise_link(urljoin(base, text))
             except ValueError:
                 url = None
             if url is not None and url not in seen:

@@ -31,6 +31,7 @@ XML_TYPES = (
     "application/rdf+xml",
 )
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+_BASE_HREF = lxml.etree.XPath("(//base/@href)[1]")  # compiled once: every HTML page asks
 
 
 WESTERN = "cp1252"  # the WHATWG default for pages that declare nothing (Western locales)
@@ -206,7 +207,16 @@ class Page:
         kind = self.kind
         if kind == "json":
             return None
-        data = self.text.encode("utf-8")
+        # the parsers read UTF-8: a body that decoded as clean UTF-8 (no BOM, no byte replaced)
+        # as it came, anything else re-encoded from the decoded text
+        clean_utf8 = (
+            self.encoding.replace("_", "-").lower() in ("utf-8", "utf8")
+            and not self.body.startswith(b"\xef\xbb\xbf")
+            and "\ufffd" not in self.text
+        )
+        data = self.body if clean_utf8 else None
+        if data is None:
+            data = self.text.encode("utf-8")
         if not data.strip():
             return None
         if kind == "xml":
@@ -226,7 +236,7 @@ class Page:
         """The URL relative links resolve against (`<base href>` when present)."""
         tree = self.tree
         if tree is not None and self.kind == "html":
-            base = tree.xpath("(//base/@href)[1]")
+            base = _BASE_HREF(tree)
             if base:
                 try:
                     return urljoin(self.url, str(base[0]).strip())
