@@ -62,8 +62,8 @@ def e2e_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--floor-requests",
         type=int,
-        help="requests of the product the CPU floor refetches, an even sample (default 20000; "
-        "0 = all)",
+        help="requests of the product the CPU floor refetches, an even sample (default 0 = "
+        "all of them)",
     )
     parallel = parser.add_mutually_exclusive_group()
     parallel.add_argument(

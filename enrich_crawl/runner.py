@@ -180,6 +180,8 @@ class Progress:
         return state
 
     def show(self, final: bool = False) -> None:
+        if not (self.tty or final) and time.monotonic() - self.last_line < 10:
+            return  # no line due: nothing to read
         state = self.read()
         elapsed = max(time.monotonic() - self.started, 1e-6)
         rate = state["pages"] / elapsed
@@ -195,7 +197,7 @@ class Progress:
             if final:
                 self.stream.write("\n")
             self.stream.flush()
-        elif final or time.monotonic() - self.last_line >= 10:
+        else:
             self.last_line = time.monotonic()
             self.stream.write(
                 f"progress: records {state['records_done']}/{state['total']}, partitions "
@@ -320,7 +322,7 @@ def _run_id_of(invocation: str) -> str:
     return runs[0].run_id if runs else ""
 
 
-def _interrupt_when_canceled(invocation: str, done: threading.Event, poll: float = 1.0) -> None:
+def _interrupt_when_canceled(invocation: str, done: threading.Event, poll: float = 2.0) -> None:
     """Interrupt this process (as Ctrl-C would) when the run is marked CANCELING or CANCELED (the
     UI's Terminate and force-Terminate), so that the steps and their crawl processes stop."""
     import dagster as dg

@@ -147,10 +147,11 @@ def normalise_url(token: str) -> tuple[str | None, str | None]:
         return None, f"invalid_url: {exc}"
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=4096)
 def normalise_link(url: str) -> tuple[str | None, str | None]:
     """`normalise_url` of a link found on a page (made absolute). The same links recur on every
-    page of a site (menus, footers): their results are remembered, a bounded number of them."""
+    page of a site (menus, footers): the results of the recent ones are remembered (a site's
+    pages come close together; a larger cache only grows the crawl's memory)."""
     return normalise_url(url)
 
 

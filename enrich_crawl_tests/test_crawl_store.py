@@ -178,4 +178,8 @@ def test_stored_bodies_read_back_whatever_version_wrote_them():
     packed = compress(body)
     assert len(packed) < len(body) / 4 and decompress(packed) == body
     assert decompress(zlib.compress(body, 3)) == body  # the bodies earlier versions stored
+    import pyarrow as pa
+
+    zstd = pa.Codec("zstd", compression_level=1).compress(body, asbytes=True)
+    assert decompress(b"ZS" + len(body).to_bytes(4, "big") + zstd) == body
     assert decompress(compress(b"")) == b""

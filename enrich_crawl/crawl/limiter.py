@@ -95,6 +95,15 @@ class PoliteDownloader(Downloader):
             scheduler.release(request)
         return result
 
+    def _process_queue(self, slot: Any) -> None:
+        # Scrapy's downloader re-enters this right after each send ("prevent burst") and, the
+        # slot's queue now empty, arms a timer `delay` ahead that finds nothing to do: an event
+        # loop wake-up per request. A request enqueued later comes through here and is delayed
+        # as before.
+        if not slot.queue:
+            return
+        super()._process_queue(slot)
+
     def _slot_of(self, request: Request) -> tuple[str, Any]:
         key = request.meta.get(self.DOWNLOAD_SLOT) or self.get_slot_key(request)
         return key, self.slots.get(key)

@@ -54,6 +54,10 @@ class PageCache:
         self.spilled = 0
         self.dropped = 0  # evicted without a spill: the crawled-URL store has them
         self.reloaded = 0
+        # hashes of the keys the scratch file holds (pages and failures): most keys asked for
+        # were never spilled, and a set look-up spares them a query (a hash collision only costs
+        # one); 8 bytes and a set slot per spilled page
+        self.on_disk: set[int] = set()
 
     def get(self, key: str) -> Page | None:
         page = self.pages.get(key)
@@ -61,6 +65,8 @@ class PageCache:
             self.pages.move_to_end(key)
             self._parsed(key, page)
             return page
+        if hash(key) not in self.on_disk:
+            return None
         row = self.db.execute(
             "SELECT url, status, ctype, fetched_at, content_hash, rendered, body FROM pages "
             "WHERE key = ? AND reason IS NULL",
@@ -84,6 +90,8 @@ class PageCache:
 
     def failure(self, key: str) -> str | None:
         """The reason the page failed earlier in this run, or None."""
+        if hash(key) not in self.on_disk:
+            return None
         row = self.db.execute(
             "SELECT reason FROM pages WHERE key = ? AND reason IS NOT NULL", (key,)
         ).fetchone()
@@ -99,6 +107,7 @@ class PageCache:
         self._remember(key, page)
 
     def put_failure(self, key: str, reason: str) -> None:
+        self.on_disk.add(hash(key))
         self.db.execute(
             "INSERT OR REPLACE INTO pages (key, reason) VALUES (?, ?)", (key, reason or "error")
         )
@@ -129,6 +138,7 @@ class PageCache:
                 self._spill(old_key, old)
 
     def _spill(self, key: str, page: Page) -> None:
+        self.on_disk.add(hash(key))
         self.db.execute(
             "INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
             (

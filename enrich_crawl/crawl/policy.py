@@ -14,9 +14,11 @@ In order, a URL is refused with
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from enrich_crawl.config import PACKAGE_DIR, CrawlConfig
@@ -63,6 +65,15 @@ def domain_in(host: str, domains: frozenset[str] | set[str]) -> bool:
     return any(".".join(labels[i:]) in domains for i in range(len(labels)))
 
 
+HOST_VERDICTS = 50_000  # hosts whose verdict a policy remembers (a crawl meets each many times)
+
+
+class _HostVerdict(NamedTuple):
+    reason: str
+    detail: str
+    claimable: bool = False  # a URL some mapping claims is fetched all the same (huge sites)
+
+
 class UrlPolicy:
     def __init__(
         self,
@@ -83,6 +94,30 @@ class UrlPolicy:
         self.allowed_domains = frozenset(d.lower().strip(".") for d in config.allowed_domains)
         self.allow = [re.compile(p) for p in config.allow]
         self.deny = [re.compile(p) for p in config.deny]
+        # host -> what the host alone decides, or None: the IP check and the allowed and denied
+        # domains (the public-suffix lookup of the deny list costs more than the rest of a
+        # check) are the same for every URL of a host
+        self._hosts: OrderedDict[str, _HostVerdict | None] = OrderedDict()
+
+    def _host_verdict(self, host: str) -> _HostVerdict | None:
+        try:
+            verdict = self._hosts[host]
+        except KeyError:
+            pass
+        else:
+            self._hosts.move_to_end(host)
+            return verdict
+        verdict = None
+        if not self.allow_private and private_ip(host):
+            verdict = _HostVerdict("private_address", f"{host} is an internal address")
+        elif self.allowed_domains and not domain_in(host, self.allowed_domains):
+            verdict = _HostVerdict("denied", f"{host} is outside allowed_domains")
+        elif domain_in(host, self.deny_domains) or registrable_domain(host) in self.deny_domains:
+            verdict = _HostVerdict("denied", f"{host} is on the deny list of huge sites", True)
+        self._hosts[host] = verdict
+        if len(self._hosts) > HOST_VERDICTS:
+            self._hosts.popitem(last=False)
+        return verdict
 
     def check(self, url: str, *, robots_fetch: bool = False) -> tuple[str, str] | None:
         """None when `url` may be fetched, else (reason, detail)."""
@@ -93,8 +128,9 @@ class UrlPolicy:
             return "invalid_url", str(exc)
         if parts.scheme not in ("http", "https") or not host:
             return "invalid_url", f"not an http(s) URL: {url[:100]}"
-        if not self.allow_private and private_ip(host):
-            return "private_address", f"{host} is an internal address"
+        verdict = self._host_verdict(host)
+        if verdict is not None and verdict.reason == "private_address":
+            return verdict.reason, verdict.detail
         if robots_fetch:
             return None
         path = parts.path.lower()
@@ -103,12 +139,10 @@ class UrlPolicy:
             ext = last.rsplit(".", 1)[-1]
             if ext in self.deny_extensions:
                 return "denied", f"extension .{ext}"
-        if self.allowed_domains and not domain_in(host, self.allowed_domains):
-            return "denied", f"{host} is outside allowed_domains"
-        if (
-            domain_in(host, self.deny_domains) or registrable_domain(host) in self.deny_domains
-        ) and not (self.claimed is not None and self.claimed(url)):
-            return "denied", f"{host} is on the deny list of huge sites"
+        if verdict is not None and not (
+            verdict.claimable and self.claimed is not None and self.claimed(url)
+        ):
+            return verdict.reason, verdict.detail
         if self.allow and not any(p.search(url) for p in self.allow):
             return "denied", "matches no crawl.allow pattern"
         for pattern in self.deny:

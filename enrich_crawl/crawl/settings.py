@@ -122,6 +122,14 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
             "scrapy.downloadermiddlewares.offsite.OffsiteMiddleware": None,
             "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
             f"{_MW}.BackoffRetryMiddleware": 550,
+            # Scrapy's own, minus per-request work a crawl worker does not need (see their
+            # docstrings): the same priorities
+            "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
+            f"{_MW}.CheapMetaRefreshMiddleware": 580,
+            "scrapy.downloadermiddlewares.httpproxy.HttpProxyMiddleware": None,
+            f"{_MW}.ProxyMiddleware": 750,
+            "scrapy.downloadermiddlewares.stats.DownloaderStats": None,
+            f"{_MW}.LeanDownloaderStats": 850,
             # above RedirectMiddleware (600): sees a 3xx before it is followed
             f"{_MW}.RedirectLoopMiddleware": 650,
         },

@@ -75,7 +75,7 @@ from enrich_crawl.crawl.state import (
     stored_body,
 )
 from enrich_crawl.dataset.seedfile import read_seed_shard
-from enrich_crawl.extract.mapping import Mapping, MappingResult, MappingSet, run_mapping
+from enrich_crawl.extract.mapping import Mapping, MappingSet, run_mapping
 from enrich_crawl.extract.page import Page
 from enrich_crawl.staging import dumps
 from enrich_crawl.urls import normalise_link, page_key
@@ -154,6 +154,17 @@ class OutputFiles:
         self.records.close()
 
 
+class _Extraction:
+    """One mapping on one page for one (fragment, record id) key, filled on demand."""
+
+    __slots__ = ("links", "tried", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}  # field -> value (fields that gave one)
+        self.tried: set[str] = set()  # fields whose processors ran
+        self.links: list[str] | None = None  # the url_parsers' links, once run
+
+
 class EnrichSpider(scrapy.Spider):
     name = "enrich"
 
@@ -184,7 +195,7 @@ class EnrichSpider(scrapy.Spider):
         )
         self.state: CrawlState | None = None
         self.recrawl_ttl = self.config.recrawl_ttl_hours * 3600.0
-        self.extraction_cache: OrderedDict[str, MappingResult] = OrderedDict()
+        self.extraction_cache: OrderedDict[str, _Extraction] = OrderedDict()
         self.match_cache: OrderedDict[str, list[Mapping]] = OrderedDict()
         self.capacity = asyncio.Event()
         self.errors_by_kind: Counter[str] = Counter()
@@ -263,11 +274,19 @@ class EnrichSpider(scrapy.Spider):
                     {r["_id"]: list(r["_missing"]) for r in chunk if r["_missing"]},
                     self.recrawl_ttl,
                 )
+            # the chunk's records start together: one look-up of the crawled-URL store for all
+            # their seed pages instead of one per record
+            started: list[str] = []
+            orders: list[FetchOrder] = []
             for record in chunk:
                 # bounded: Scrapy pulls start() eagerly while the downloader is busy
-                while self.frontier.active >= self.params.max_active_records:
-                    self.capacity.clear()
-                    await self.capacity.wait()
+                if self.frontier.active >= self.params.max_active_records:
+                    for request in await self._start_records(started, orders):
+                        yield request
+                    started, orders = [], []
+                    while self.frontier.active >= self.params.max_active_records:
+                        self.capacity.clear()
+                        await self.capacity.wait()
                 if self.feed_done:  # closed meanwhile: the rest has its lines already
                     return
                 self.counts["records"] += 1
@@ -275,21 +294,33 @@ class EnrichSpider(scrapy.Spider):
                 if known:
                     self.counts["fields_fresh"] += len(known)
                 try:
-                    orders = self.frontier.add_record(
-                        record["_id"],
-                        record["_urls"],
-                        record["_missing"],
-                        record["_url_errors"],
-                        known=known,
+                    orders.extend(
+                        self.frontier.add_record(
+                            record["_id"],
+                            record["_urls"],
+                            record["_missing"],
+                            record["_url_errors"],
+                            known=known,
+                        )
                     )
-                    requests = await self._dispatch(orders)
                 except Exception as exc:  # one bad record never stops the feed
                     logger.exception("record %s could not be started", record.get("_id"))
                     self._abandon(record.get("_id"), f"internal error: {exc}"[:300])
                     continue
-                for request in requests:
-                    yield request
+                started.append(record["_id"])
+            for request in await self._start_records(started, orders):
+                yield request
         self.feed_done = True
+
+    async def _start_records(self, started: list[str], orders: list[FetchOrder]) -> list[Any]:
+        """The requests for the seed pages of records just added to the frontier."""
+        try:
+            return await self._dispatch(orders)
+        except Exception as exc:  # never stops the feed: these records end with the reason
+            logger.exception("records %s... could not be started", started[:3])
+            for record_id in started:
+                self._abandon(record_id, f"internal error: {exc}"[:300])
+            return []
 
     async def _progress_loop(self) -> None:
         progress_file = Path(self.params.out_dir) / "progress.json"
@@ -603,7 +634,9 @@ class EnrichSpider(scrapy.Spider):
                 self.match_cache.popitem(last=False)
         return mappings
 
-    def _extract(self, page: Page, mapping: Mapping, waiter: Waiter) -> MappingResult:
+    def _extraction(self, page: Page, mapping: Mapping, waiter: Waiter) -> _Extraction:
+        """What `mapping` gave so far on `page` for this waiter's (fragment, record): shared by
+        every record the page serves alike (same fragment and id, when the mapping reads them)."""
         key = "\x00".join(
             (
                 page.url,
@@ -613,21 +646,53 @@ class EnrichSpider(scrapy.Spider):
                 waiter.record if mapping.uses_id else "",
             )
         )
-        result = self.extraction_cache.get(key)
-        if result is None:
+        entry = self.extraction_cache.get(key)
+        if entry is None:
+            entry = self.extraction_cache[key] = _Extraction()
+            if len(self.extraction_cache) > 1024:  # a page's waiters come together
+                self.extraction_cache.popitem(last=False)
+        return entry
+
+    def _extract(
+        self, page: Page, mapping: Mapping, waiter: Waiter, fields: Iterable[str]
+    ) -> dict[str, Any]:
+        """The values of `fields` (those the mapping has) on the page: each field's processors
+        run once per page and waiter key, and only for fields some record asks for."""
+        entry = self._extraction(page, mapping, waiter)
+        todo = [name for name in fields if name not in entry.tried and name in mapping.field_set]
+        if todo:
             result = run_mapping(
                 mapping,
                 page,
                 fragment=waiter.fragment,
                 record_id=waiter.record,
                 field_types=self.field_types,
+                only_fields=todo,
+                with_links=False,
             )
             if result.errors:
                 self.counts["extraction_errors"] += len(result.errors)
-            self.extraction_cache[key] = result
-            if len(self.extraction_cache) > 4096:
-                self.extraction_cache.popitem(last=False)
-        return result
+            entry.values.update(result.fields)
+            entry.tried.update(todo)
+        return {name: entry.values[name] for name in fields if name in entry.values}
+
+    def _links(self, page: Page, mapping: Mapping, waiter: Waiter) -> list[str]:
+        """The mapping's url_parsers on the page, run when a record follows them (not for a
+        record done with this page, nor at the depth limit)."""
+        entry = self._extraction(page, mapping, waiter)
+        if entry.links is None:
+            result = run_mapping(
+                mapping,
+                page,
+                fragment=waiter.fragment,
+                record_id=waiter.record,
+                field_types=self.field_types,
+                only_fields=(),
+            )
+            if result.errors:
+                self.counts["extraction_errors"] += len(result.errors)
+            entry.links = result.links
+        return entry.links
 
     def _generic_links(self, page: Page) -> list[str]:
         if getattr(page, "known_useless", False):
@@ -682,10 +747,9 @@ class EnrichSpider(scrapy.Spider):
         needed_now = set(state.needed) if self.goal_directed else set(state.wanted)
         found: set[str] = set()
         on_page: set[str] = set()
-        links: list[str] = []
         for mapping in mappings:
-            result = self._extract(page, mapping, waiter)
-            for name, value in result.fields.items():
+            # the record's wanted fields only: the others would be dropped here anyway
+            for name, value in self._extract(page, mapping, waiter, state.wanted).items():
                 if name not in needed_now:
                     on_page.add(name)
                     continue
@@ -706,10 +770,10 @@ class EnrichSpider(scrapy.Spider):
                         "rendered": bool(getattr(page, "rendered", False)),
                     }
                 )
-            links.extend(result.links)
         self.frontier.record_found(waiter, found, on_page)
         follow = bool(state.needed) or not self.goal_directed
         if follow and waiter.depth < self.config.depth:
+            links = [link for m in mappings for link in self._links(page, m, waiter)]
             for link in links:
                 orders.extend(
                     self.frontier.want(
@@ -830,7 +894,7 @@ class EnrichSpider(scrapy.Spider):
                 waits.append(mapping.wait_for)
             if mapping.render == "js":
                 js = True
-            elif self._extract(page, mapping, waiter).fields:
+            elif self._extract(page, mapping, waiter, mapping.field_names):
                 auto_found = True
             else:
                 auto_empty = True

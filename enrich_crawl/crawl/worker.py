@@ -49,6 +49,10 @@ def run_crawl(
     # a retry that gives up is recorded as the URL's reason; Scrapy's ERROR line adds nothing
     # (set after CrawlerProcess, whose logging set-up resets the levels of scrapy.* loggers)
     logging.getLogger("scrapy.downloadermiddlewares.retry").setLevel(logging.CRITICAL)
+    # Scrapy lets every logger through at the root (level NOTSET) and filters in its handler:
+    # pymongo would build its DEBUG records of every command (several per database call) only
+    # for the handler to drop them
+    logging.getLogger("pymongo").setLevel(logging.WARNING)
     crawler = process.create_crawler(EnrichSpider)
     process.crawl(crawler, params=params, mappings=mappings, progress=progress)
     process.start()

@@ -42,6 +42,14 @@ FORKSERVER = {
 }
 
 
+# Dagster's multiprocess executor waits on each running step's event queue in turn for up to
+# `child_process_executor.TICK` (20 ms): eight crawl steps that mostly wait on politeness delays
+# wake the run's process ~50 times a second for the whole crawl, a few percent of a core. A step's
+# events (its log lines, its materialisation) can wait a little longer: nothing is lost (the queue
+# keeps them), and a round over eight idle steps takes at most 8 x STEP_EVENT_POLL.
+STEP_EVENT_POLL = 0.25
+
+
 def _max_parallel() -> int:
     raw = os.environ.get("ENRICH_MAX_PARALLEL", "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else 8
@@ -67,6 +75,9 @@ def _max_parallel() -> int:
 def enrich_multiprocess_executor(config):
     """The multiprocess executor with a crawl-friendly default concurrency, its step processes
     forked from a server that has the definitions and the heavy libraries loaded already."""
+    from dagster._core.executor import child_process_executor
+
+    child_process_executor.TICK = max(child_process_executor.TICK, STEP_EVENT_POLL)
     return {
         "max_concurrent": config["max_concurrent"],
         "start_method": config.get("start_method") or FORKSERVER,

@@ -10,6 +10,7 @@ mappings that match it) for one (fragment, record id).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -94,6 +95,10 @@ class Mapping:
     @property
     def field_names(self) -> list[str]:
         return [rule.name for rule in self.fields]
+
+    @functools.cached_property
+    def field_set(self) -> frozenset[str]:
+        return frozenset(rule.name for rule in self.fields)
 
 
 @dataclass
