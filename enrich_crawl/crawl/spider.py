@@ -75,7 +75,7 @@ from enrich_crawl.crawl.state import (
     stored_body,
 )
 from enrich_crawl.dataset.seedfile import read_seed_shard
-from enrich_crawl.extract.mapping import Mapping, MappingSet, run_mapping
+from enrich_crawl.extract.mapping import Mapping, MappingResult, MappingSet, run_mapping
 from enrich_crawl.extract.page import Page
 from enrich_crawl.staging import dumps
 from enrich_crawl.urls import normalise_link, page_key
@@ -661,18 +661,7 @@ class EnrichSpider(scrapy.Spider):
         entry = self._extraction(page, mapping, waiter)
         todo = [name for name in fields if name not in entry.tried and name in mapping.field_set]
         if todo:
-            result = run_mapping(
-                mapping,
-                page,
-                fragment=waiter.fragment,
-                record_id=waiter.record,
-                field_types=self.field_types,
-                only_fields=todo,
-                with_links=False,
-            )
-            if result.errors:
-                self.counts["extraction_errors"] += len(result.errors)
-            entry.values.update(result.fields)
+            entry.values.update(self._run_mapping(page, mapping, waiter, todo, links=False).fields)
             entry.tried.update(todo)
         return {name: entry.values[name] for name in fields if name in entry.values}
 
@@ -681,18 +670,24 @@ class EnrichSpider(scrapy.Spider):
         record done with this page, nor at the depth limit)."""
         entry = self._extraction(page, mapping, waiter)
         if entry.links is None:
-            result = run_mapping(
-                mapping,
-                page,
-                fragment=waiter.fragment,
-                record_id=waiter.record,
-                field_types=self.field_types,
-                only_fields=(),
-            )
-            if result.errors:
-                self.counts["extraction_errors"] += len(result.errors)
-            entry.links = result.links
+            entry.links = self._run_mapping(page, mapping, waiter, (), links=True).links
         return entry.links
+
+    def _run_mapping(
+        self, page: Page, mapping: Mapping, waiter: Waiter, fields: Iterable[str], *, links: bool
+    ) -> MappingResult:
+        result = run_mapping(
+            mapping,
+            page,
+            fragment=waiter.fragment,
+            record_id=waiter.record,
+            field_types=self.field_types,
+            only_fields=fields,
+            with_links=links,
+        )
+        if result.errors:
+            self.counts["extraction_errors"] += len(result.errors)
+        return result
 
     def _generic_links(self, page: Page) -> list[str]:
         if getattr(page, "known_useless", False):
