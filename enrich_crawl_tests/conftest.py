@@ -158,8 +158,21 @@ class LoggedRun(subprocess.Popen):
         return data.decode("utf-8", "replace") if self._as_text else data
 
     def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
-        self.wait(timeout)
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            out = self._read(self._out)
+            raise _TimedOut(exc.cmd, exc.timeout, out) from None
         return self._read(self._out), self._read(self._err)
+
+
+class _TimedOut(subprocess.TimeoutExpired):
+    """A LoggedRun that did not end in time; the failure shows the end of what it wrote."""
+
+    def __str__(self) -> str:
+        out = self.output
+        tail = out.decode("utf-8", "replace") if isinstance(out, bytes) else (out or "")
+        return f"{super().__str__()}; its output ends with:\n{tail[-4000:]}"
 
 
 def start_cli_run(

@@ -931,7 +931,8 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         f"--scaling {','.join(str(x) for x in cfg.get('scaling') or ()) or 0} "
         f"--scaling-cpu-records {cfg.get('scaling_cpu_records')} "
         f"--scaling-politeness-hosts {cfg.get('scaling_politeness_hosts')} "
-        f"--scaling-politeness-records {cfg.get('scaling_politeness_records')}`"
+        f"--scaling-politeness-records {cfg.get('scaling_politeness_records')}"
+        f"{' --skip ' + ','.join(sorted(cfg['skip'])) if cfg.get('skip') else ''}`"
         f" ({results.get('seconds')} s).",
         "",
     ]

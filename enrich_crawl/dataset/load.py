@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 CHUNK_ROWS = BATCH_ROWS  # JSONL and Parquet batch size; CSV batches are ~8 MB of text
+SHARD_ROW_GROUP = 8192  # records per row group of a seed shard
 SEED_SCHEMA = pa.schema(
     [
         ("_id", pa.string()),
@@ -150,7 +151,9 @@ class ShardWriters:
             )
             self.writers[shard] = writer
             self.tmp_paths[shard] = tmp
-        writer.write_table(table)
+        # bounded row groups: a reader of the shard (a crawl) decodes one row group at a time,
+        # whatever the size of the loader's batches
+        writer.write_table(table, row_group_size=SHARD_ROW_GROUP)
         self.counts[shard] += table.num_rows
 
     def close(self, *, commit: bool) -> None:
