@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-BATCH_ROWS = 256  # records decoded at a time
+RECORDS_PER_BATCH = 256  # records decoded at a time
 
 # columns stored as JSON text, and their value when empty
 JSON_COLUMNS = ("_url_errors", "_data", "_raw", "_cell_errors")
@@ -25,7 +25,7 @@ def read_seed_shard(path: Path) -> Iterator[dict[str, Any]]:
     parquet = pq.ParquetFile(path)
     # small batches: a crawl holds one batch of decoded records while it starts them (a few
     # hundred at a time); no threads for reads this small
-    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, use_threads=False):
+    for batch in parquet.iter_batches(batch_size=RECORDS_PER_BATCH, use_threads=False):
         for row in batch.to_pylist():
             for column in JSON_COLUMNS:
                 if column in row:
