@@ -253,3 +253,28 @@ def test_bench_cli_parses():
         timeout=60,
     )
     assert result.returncode == 0 and "--quick" in result.stdout
+
+
+def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny):
+    """bench.e2e.attribution on the tiny web: a real crawl worker and the floor, plain and under
+    cProfile; the product's components add up to its CPU per page, and only the product spends
+    on extraction and on its crawl state."""
+    from bench.e2e import attribution
+
+    args = attribution.parse_args(["--records", "12", "--rounds", "2"])
+    results = attribution.run(args, gen=tiny)
+    runs = results["runs"]
+    assert runs["product_plain"]["pages"] > 0
+    assert runs["floor_plain"]["requests"] == runs["product_plain"]["requests"] > 0
+    rows = results["components_ms_per_page"]
+    assert rows["extraction (mappings)"]["product"] > 0
+    # the floor extracts nothing: at most the class bodies of a selector library Scrapy imports
+    assert rows["extraction (mappings)"]["floor"] < 0.1 * rows["extraction (mappings)"]["product"]
+    assert rows["crawl state (MongoDB client, compression)"]["product"] > 0
+    assert rows["Scrapy"]["floor"] > 0
+    product_total = sum(r["product"] for r in rows.values())
+    assert product_total == pytest.approx(results["product_ms_per_page"], rel=0.02)
+    assert len(results["ratio_by_round"]) == 2
+    assert results["ratio"] == pytest.approx(sum(results["ratio_by_round"]) / 2, abs=0.001)
+    table = attribution.markdown(results)
+    assert "| extraction (mappings) |" in table and "**total**" in table

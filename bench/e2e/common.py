@@ -17,17 +17,13 @@ from urllib.parse import urljoin, urlsplit
 
 import protego
 
+from bench.e2e.agents import BFS_UA, FLOOR_UA, SEED_UA  # noqa: F401 (re-exported)
 from enrich_crawl.dataset.shard import shard_for_urls, shard_keys
 from enrich_crawl.dataset.spec import load_spec
 from enrich_crawl.extract import MappingSet, Page, run_mapping
 from enrich_crawl.urls import normalise_url, split_url_cell, without_fragment
 from enrich_crawl.values import coerce, is_missing
 
-_UA_URL = "(+https://github.com/enrich-crawl/enrich_crawl/tree/main/bench)"
-# distinct agents: the request log tells the crawlers apart even when they overlap in time
-SEED_UA = f"enrich_crawl-bench-seed/0.1 {_UA_URL}"
-BFS_UA = f"enrich_crawl-bench-bfs/0.1 {_UA_URL}"
-FLOOR_UA = f"enrich_crawl-bench-floor/0.1 {_UA_URL}"
 DEFAULT_DELAY = 1.0
 RETRY_CODES = (500, 502, 503, 504, 522, 524, 408, 429)
 # what a crawler skips by extension (a subset of the product's deny list is enough here)

@@ -1,6 +1,7 @@
 """The CPU floor: a Scrapy spider that fetches given URLs and parses each page once with lxml.
 
-Nothing else: no robots.txt, no delays, no extraction, no link following, no output. What the product
+Nothing else: no robots.txt, no delays, no extraction, no link following, no output; it imports
+nothing of the product either (its start-up is part of its CPU). What the product
 spends per page beyond this is its own overhead (politeness bookkeeping, extraction, frontier,
 staging, Dagster). Requests are fed a few hundred at a time from the callbacks, never as one
 unbounded start() generator (see MEASUREMENTS.md).
@@ -22,7 +23,7 @@ from pathlib import Path
 import lxml.html
 import scrapy
 
-from bench.e2e.common import FLOOR_UA
+from bench.e2e.agents import FLOOR_UA
 
 _PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
 

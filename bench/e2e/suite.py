@@ -792,6 +792,33 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _baselines_sentence(results: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """How the baselines ran, or that the run left them out (`--skip`)."""
+    skip = set(cfg.get("skip") or ())
+    if {"seed", "bfs"} <= skip:
+        return "Seed-style baseline and Scrapy BFS left out of this run (--skip)."
+    seed = (
+        "Seed-style baseline left out of this run (--skip); "
+        if "seed" in skip
+        else f"Seed-style baseline time-budgeted to {cfg.get('baseline_budget')} s; "
+    )
+    if "bfs" in skip:
+        return seed + "Scrapy BFS left out of this run (--skip)."
+    return (
+        seed
+        + "Scrapy BFS "
+        + (
+            f"and the product both on the same {results['bfs_compare']['records']} records, "
+            "crawled to the end on the web without delays (table below)"
+            if results.get("bfs_compare")
+            else f"on {cfg.get('bfs_records')} records per process, crawled to the end"
+            if cfg.get("bfs_records")
+            else f"time-budgeted to {cfg.get('baseline_budget')} s"
+        )
+        + "."
+    )
+
+
 def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
     data = results.get("dataset", {})
     cfg = results.get("config", {})
@@ -802,16 +829,7 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         f"{data.get('records')} records, {data.get('missing_fields')} missing fields, "
         f"{data.get('findable_fields')} findable (by depth {data.get('findable_by_depth')}), "
         f"{data.get('resolvable_records')} resolvable records. Processes: {cfg.get('processes')}. "
-        f"Seed-style baseline time-budgeted to {cfg.get('baseline_budget')} s; Scrapy BFS "
-        + (
-            f"and the product both on the same {results['bfs_compare']['records']} records, "
-            "crawled to the end on the web without delays (table below)"
-            if results.get("bfs_compare")
-            else f"on {cfg.get('bfs_records')} records per process, crawled to the end"
-            if cfg.get("bfs_records")
-            else f"time-budgeted to {cfg.get('baseline_budget')} s"
-        )
-        + ".",
+        + _baselines_sentence(results, cfg),
         "",
         "| system | records | resolved | resolved/h | pages | pages/s | pages/resolved | CPU s "
         "| CPU ms/page | peak RSS/process MB | peak RSS total MB | violations | accuracy | precision |",

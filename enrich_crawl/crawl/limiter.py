@@ -69,7 +69,9 @@ class _LimitedHandlers:
 
     async def download_request_async(self, request: Request) -> Response:
         self._tune(request)
-        held = await self._downloader.before_send(request)
+        held = self._downloader.send_now(request)
+        if held is None:
+            held = await self._downloader.before_send(request)
         try:
             return await self._inner.download_request_async(request)
         finally:
@@ -107,6 +109,23 @@ class PoliteDownloader(Downloader):
     def _slot_of(self, request: Request) -> tuple[str, Any]:
         key = request.meta.get(self.DOWNLOAD_SLOT) or self.get_slot_key(request)
         return key, self.slots.get(key)
+
+    def send_now(self, request: Request) -> bool | None:
+        """`before_send` without awaiting when it needs no database call: True (the shared
+        limiter's host is still held from this process's previous request to it), False (no
+        shared limiter); None when `before_send` must be awaited."""
+        limiter = self.limiter
+        shared = limiter is not None and limiter.shared
+        key = self._slot_of(request)[0] if shared else ""
+        if shared and key not in limiter.held:
+            return None
+        unwanted = getattr(self.crawler.spider, "unwanted", None)
+        if unwanted is not None and unwanted(request):
+            raise Refused("goal_reached")
+        if shared and not limiter.keep(key, float(request.meta.get("download_timeout") or 180.0)):
+            return None
+        self.sent += 1
+        return shared
 
     async def before_send(self, request: Request) -> bool:
         """Right before the send: drop it if nobody needs it, take the host in the shared

@@ -551,6 +551,7 @@ class HostLimiter:
         self.wait_seconds = 0.0
         self.db_seconds = 0.0
         self._token = 0
+        self._hosts: Any = None  # the `_crawl_hosts` collection handle, made once
         self._sweeper: asyncio.Task | None = None
         # host -> this process still has requests queued for it (set by the downloader)
         self.has_work: Callable[[str], bool] | None = None
@@ -564,12 +565,31 @@ class HostLimiter:
         return self.state is not None and self.state.db is not None and not self.broken
 
     def _collection(self) -> Any:
-        assert self.state is not None
-        return self.state.db[HOSTS]
+        # pymongo builds a new Collection object (codec options, read/write concerns) on every
+        # `db[name]`: one handle for the run
+        if self._hosts is None:
+            assert self.state is not None
+            self._hosts = self.state.db[HOSTS]
+        return self._hosts
+
+    def keep(self, host: str, timeout: float) -> bool:
+        """Take `host` again without a database call when this process still holds it with a
+        lease long enough for a request of `timeout` (most requests: the answer to one brings
+        the next for the same host). False: `acquire` must be awaited."""
+        hold = self.held.get(host)
+        if hold is None or not self.shared or hold.lease_end - time.time() <= timeout + 10.0:
+            return False
+        hold.idle_since = None
+        self.stats["kept"] += 1
+        self.errors_in_row = 0
+        self.in_flight.add(host)
+        return True
 
     async def acquire(self, host: str, delay: float, timeout: float) -> float:
         """Wait until this process may send to `host`; returns the seconds waited for others."""
         if not self.shared:
+            return 0.0
+        if self.keep(host, timeout):
             return 0.0
         if self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_loop())

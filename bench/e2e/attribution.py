@@ -1,0 +1,369 @@
+"""Where a crawl worker's CPU goes, page for page, against the CPU floor on the same requests.
+
+The end-to-end benchmark says how much CPU a page costs the product and the floor (a bare Scrapy
+spider parsing each page once with lxml); this says where the difference goes. One crawl worker
+(no Dagster: `python -m enrich_crawl.crawl.worker --params`) crawls N records of the benchmark's
+dataset, then the floor spider refetches exactly the requests it made. Each runs twice on the same
+work: plainly, for its CPU (user+sys of the process), and under cProfile, for where it goes (each
+function's own time, grouped into components by the module it belongs to; a C function's time goes
+to the component of its callers). cProfile slows pure-Python code more than C, so the shares are
+approximate: each component's ms/page is its share of the profiled run times the plain run's CPU
+per page.
+
+    python -m bench.e2e.attribution [--records 400] [--polite] [--seed 1 --hosts 1000 ...]
+
+By default the web has no delays (`Crawl-delay: 0`, `crawl.default_delay: 0`: the crawl is
+CPU-bound and short); `--polite` crawls the benchmark's web with its delays (as long as the
+politeness takes). Writes bench/results/attribution-<date>[-polite].json and prints a markdown
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import pstats
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import generate as gen_mod
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCT_UA_PREFIX = "enrich_crawl/"
+
+# (component, pattern on "<module path>:<function>") in order: the first match wins
+COMPONENTS: list[tuple[str, str]] = [
+    (
+        "imports and set-up",
+        r"<frozen |:<module>$|marshal\.loads|_imp\.|builtins\.compile"
+        r"|__build_class__|jsonschema/|referencing/|tldextract/|enrich_crawl/extract/schema\.py"
+        r"|enrich_crawl/extract/regex_safety\.py",
+    ),
+    (
+        # freeing a tree is part of parsing it: the floor frees each one in its callback, the
+        # product when its page cache lets the parsed form go
+        "HTML parse and free (lxml)",
+        r"lxml/html/__init__\.py:document_fromstring|enrich_crawl/extract/page\.py:tree"
+        r"|pagecache\.py:strip_parsed|bench/e2e/floor\.py:parse|lxml/",
+    ),
+    ("extraction (mappings)", r"enrich_crawl/extract/|cssselect/|jsonpath|/regex/|_regex\."),
+    (
+        "politeness (robots, limiter, scheduler, URL policy)",
+        r"enrich_crawl/crawl/(robots|limiter|scheduler|middlewares|policy|resolver)\.py|protego",
+    ),
+    (
+        "crawl state (MongoDB client, compression)",
+        r"enrich_crawl/crawl/state\.py|pymongo/|bson/|lz4|zstandard|_cmessage|_cbson",
+    ),
+    (
+        "frontier, page cache, outputs",
+        r"enrich_crawl/crawl/(spider|frontier|pagecache|errors|render)\.py|enrich_crawl/(urls|staging)"
+        r"\.py|json/|_json\.|hashlib|sqlite3",
+    ),
+    ("seed shard read", r"pyarrow|enrich_crawl/dataset/"),
+    ("floor callback", r"bench/e2e/floor\.py"),
+    ("Scrapy", r"scrapy/|pydispatch/|w3lib/|itemadapter|parsel/|queuelib/"),
+    (
+        "Twisted, asyncio, sockets",
+        r"twisted/|asyncio/|selectors\.py|socket|OpenSSL/|_ssl\.|ssl\.py|zope/|_contextvars",
+    ),
+]
+WAITING = re.compile(r"'poll' of 'select\.epoll'|'select' of|sleep|acquire' of '_thread")
+
+
+def _key(func: tuple[str, int, str]) -> str:
+    path, _line, name = func
+    path = re.sub(r".*site-packages/", "", path)
+    path = re.sub(r".*/lib/python3\.\d+/", "", path)
+    path = path.replace(str(REPO) + "/", "")
+    return f"{path}:{name}"
+
+
+def _component(key: str) -> str | None:
+    for name, pattern in COMPONENTS:
+        if re.search(pattern, key):
+            return name
+    return None
+
+
+def attribute(profile: Path) -> tuple[Counter[str], float]:
+    """Own time by component (seconds) of a cProfile file, and the time spent waiting."""
+    stats = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]
+    own: Counter[str] = Counter()
+    waiting = 0.0
+    # a function of no component (a builtin, the standard library) is charged to its callers'
+    # components, in proportion to the time each caller spent in it; two rounds reach the
+    # callers' callers
+    unresolved: dict[tuple, float] = {}
+    for func, (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        key = _key(func)
+        if WAITING.search(key):
+            waiting += tottime
+            continue
+        name = _component(key)
+        if name is not None:
+            own[name] += tottime
+        else:
+            unresolved[func] = tottime
+    for _round in range(3):
+        left: dict[tuple, float] = {}
+        for func, seconds in unresolved.items():
+            callers = stats[func][4]
+            total = sum(c[2] for c in callers.values()) or sum(c[1] for c in callers.values())
+            if not callers or not total:
+                own["other"] += seconds
+                continue
+            for caller, c in callers.items():
+                share = seconds * ((c[2] if any(x[2] for x in callers.values()) else c[1]) / total)
+                name = _component(_key(caller))
+                if name is not None:
+                    own[name] += share
+                else:
+                    left[caller] = left.get(caller, 0.0) + share
+        unresolved = left
+    for seconds in unresolved.values():
+        own["other"] += seconds
+    return own, waiting
+
+
+def _cpu_of_children() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path) -> float:
+    """CPU seconds (user+sys) of a command run to its end."""
+    before = _cpu_of_children()
+    with open(log, "w", encoding="utf-8") as out:
+        subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+    return _cpu_of_children() - before
+
+
+def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[str, Any]:
+    """Both systems, plain and profiled, on `args.records` records of `gen` (default: the
+    benchmark's generated web for `args.seed`, `args.hosts`, `args.web_records`)."""
+    from enrich_crawl import config
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.dataset.load import prepare_dataset
+    from enrich_crawl.dataset.spec import load_spec
+    from enrich_crawl.staging import DatasetStage
+    from enrich_crawl.testing.services import ephemeral_mongo
+    from enrich_crawl.testing.web import read_log, running_web
+
+    say = lambda msg: print(f"[attribution] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    if gen is None:
+        gen = gen_mod.cached(
+            gen_mod.GenConfig(seed=args.seed, hosts=args.hosts, records=args.web_records),
+            args.cache_dir,
+            log=say,
+        )
+    work = Path(tempfile.mkdtemp(prefix="bench-attribution-"))
+    truth = sorted(gen.truth())
+    step = max(1, len(truth) // args.records)
+    spec_path = gen_mod.subset(
+        gen,
+        f"attribution{args.records}",
+        truth[::step][: args.records],
+        crawl=None if args.polite else {"default_delay": 0},
+    )
+    spec = load_spec(spec_path)
+    stage = DatasetStage(work / "stage", spec.name)
+    prepare_dataset(spec, stage, ["s00"])
+    web_root = gen.web if args.polite else gen_mod.web_without_delays(gen)
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONWARNINGS"] = "ignore"
+    results: dict[str, Any] = {
+        "records": args.records,
+        "polite": args.polite,
+        "rounds": args.rounds,
+        "runs": {},
+    }
+
+    def crawl(tag: str, web: Any, profiled: bool) -> dict[str, Any]:
+        prof = ["-m", "cProfile", "-o", str(work / f"product-{tag}.prof")] if profiled else []
+        with ephemeral_mongo() as mongo:  # a fresh database: nothing reused from a run before
+            params = WorkerParams(
+                dataset=spec.name,
+                partition="s00",
+                seed_path=str(stage.seed_shard("s00")),
+                out_dir=str(work / f"crawl-{tag}"),
+                mappings_dir=str(spec_path.parent / "mappings"),
+                field_types=spec.field_types(),
+                crawl=spec.crawl.to_dict(),
+                run_id=f"attribution-{tag}",
+                user_agent=config.user_agent(),
+                proxy=web.proxy_url,
+                mongo_uri=mongo.uri,
+                mongo_db="attribution",
+                log_level="WARNING",
+            )
+            params_path = work / f"params-{tag}.json"
+            params_path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
+            say(f"crawl worker ({tag}) on {args.records} records ...")
+            started = time.time()
+            cpu = _run(
+                [sys.executable, *prof, "-m", "enrich_crawl.crawl.worker",
+                 "--params", str(params_path)],
+                env, work / f"product-{tag}.log",
+            )  # fmt: skip
+            ended = time.time()
+        stats = json.loads((work / f"crawl-{tag}" / "stats.json").read_text("utf-8"))
+        requests = [
+            f"{'https' if e.get('tls') else 'http'}://{e['host']}{e['path']}"
+            for e in read_log(web.log_path)
+            if e.get("ua", "").startswith(PRODUCT_UA_PREFIX) and started - 1 <= e["t"] <= ended
+        ]
+        return {
+            "cpu_s": round(cpu, 3),
+            "pages": stats["pages"],
+            "requests": requests,
+            "wall_s": round(ended - started, 1),
+            "outcomes": stats.get("outcomes"),
+        }
+
+    def floor(tag: str, web: Any, url_file: Path, profiled: bool) -> float:
+        prof = ["-m", "cProfile", "-o", str(work / f"floor-{tag}.prof")] if profiled else []
+        say(f"floor ({tag}) ...")
+        return _run(
+            [sys.executable, *prof, "-m", "bench.e2e.floor", "--urls", str(url_file),
+             "--proxy", web.proxy_url],
+            env, work / f"floor-{tag}.log",
+        )  # fmt: skip
+
+    with running_web(web_root, log_path=work / "requests.jsonl") as web:
+        # plain runs in interleaved rounds (the machine's noise hits both alike), each floor
+        # refetching exactly the requests of the crawl before it; then one profiled run each
+        rounds = []
+        for n in range(args.rounds):
+            product = crawl(f"plain{n}", web, profiled=False)
+            url_file = work / f"urls-{n}.txt"
+            url_file.write_text("\n".join(product["requests"]) + "\n", encoding="utf-8")
+            floor_cpu = floor(f"plain{n}", web, url_file, profiled=False)
+            rounds.append(
+                {
+                    **{k: v for k, v in product.items() if k != "requests"},
+                    "requests": len(product["requests"]),
+                    "floor_cpu_s": round(floor_cpu, 3),
+                    "ratio": round(product["cpu_s"] / floor_cpu, 3),
+                }
+            )
+        profiled = crawl("profiled", web, profiled=True)
+        floor("profiled", web, work / "urls-0.txt", profiled=True)
+    results["rounds_detail"] = rounds
+    median = statistics.median
+    pages = rounds[0]["pages"]
+    results["runs"]["product_plain"] = {
+        "pages": pages,
+        "requests": rounds[0]["requests"],
+        "cpu_s": median(r["cpu_s"] for r in rounds),
+        "ms_per_page_by_round": [round(1000 * r["cpu_s"] / r["pages"], 3) for r in rounds],
+    }
+    results["runs"]["floor_plain"] = {
+        "requests": rounds[0]["requests"],
+        "cpu_s": median(r["floor_cpu_s"] for r in rounds),
+        "ms_per_page_by_round": [round(1000 * r["floor_cpu_s"] / r["pages"], 3) for r in rounds],
+    }
+    results["runs"]["product_profiled"] = {k: v for k, v in profiled.items() if k != "requests"}
+    results["ratio_by_round"] = [r["ratio"] for r in rounds]
+
+    rows: dict[str, dict[str, float]] = {}
+    for system in ("product", "floor"):
+        own, waiting = attribute(work / f"{system}-profiled.prof")
+        busy = sum(own.values())
+        plain_ms = median(results["runs"][f"{system}_plain"]["ms_per_page_by_round"])
+        results[f"{system}_ms_per_page"] = round(plain_ms, 3)
+        results[f"{system}_profiled_busy_s"] = round(busy, 3)
+        results[f"{system}_profiled_waiting_s"] = round(waiting, 3)
+        for name, seconds in own.items():
+            rows.setdefault(name, {"product": 0.0, "floor": 0.0})[system] = round(
+                plain_ms * seconds / busy, 3
+            )
+    results["components_ms_per_page"] = rows
+    # the median of the paired ratios: each round's product and floor ran back to back
+    results["ratio"] = round(median(results["ratio_by_round"]), 3)
+    results["work_dir"] = str(work)
+    if not args.keep:
+        shutil.rmtree(work / "stage", ignore_errors=True)
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    rows = results["components_ms_per_page"]
+    order = [name for name, _ in COMPONENTS] + ["other"]
+    lines = [
+        f"One crawl worker on {results['records']} records "
+        f"({'the web with its delays' if results['polite'] else 'the web without delays'}), "
+        f"{results['runs']['product_plain']['pages']:,} pages; the floor on the same "
+        f"{results['runs']['floor_plain']['requests']:,} requests. CPU per page (plain runs): "
+        f"product {results['product_ms_per_page']:.2f} ms, floor {results['floor_ms_per_page']:.2f}"
+        f" ms (medians of {results['rounds']} interleaved rounds); product/floor "
+        f"{results['ratio']:.2f} (median of the rounds' ratios "
+        f"{', '.join(f'{r:.2f}' for r in results['ratio_by_round'])}).",
+        "",
+        "| component | product ms/page | floor ms/page | difference |",
+        "|---|---:|---:|---:|",
+    ]
+    for name in order:
+        if name not in rows:
+            continue
+        product, floor = rows[name]["product"], rows[name]["floor"]
+        lines.append(f"| {name} | {product:.2f} | {floor:.2f} | {product - floor:+.2f} |")
+    lines.append(
+        f"| **total** | **{results['product_ms_per_page']:.2f}** | "
+        f"**{results['floor_ms_per_page']:.2f}** | "
+        f"**{results['product_ms_per_page'] - results['floor_ms_per_page']:+.2f}** |"
+    )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=400)
+    parser.add_argument("--polite", action="store_true", help="the web with its delays")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="plain runs of each system, interleaved (median)"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hosts", type=int, default=1000, help="hosts of the generated web")
+    parser.add_argument(
+        "--web-records", type=int, default=20000, help="records of the generated dataset"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "enrich_crawl"
+        / "bench-e2e",
+    )
+    parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--keep", action="store_true", help="keep the seed shard in the work dir")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = run(args)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    name = f"attribution-{dt.date.today().isoformat()}{'-polite' if args.polite else ''}"
+    (args.results_dir / f"{name}.json").write_text(json.dumps(results, indent=1), "utf-8")
+    text = markdown(results)
+    (args.results_dir / f"{name}.md").write_text(f"# CPU attribution ({name})\n\n{text}\n", "utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
