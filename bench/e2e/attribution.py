@@ -102,8 +102,8 @@ def attribute(profile: Path) -> tuple[Counter[str], float]:
     own: Counter[str] = Counter()
     waiting = 0.0
     # a function of no component (a builtin, the standard library) is charged to its callers'
-    # components, in proportion to the time each caller spent in it; two rounds reach the
-    # callers' callers
+    # components, in proportion to the time each caller spent in it; callers of no component
+    # pass their share up, three levels at most; what is still unplaced then is "other"
     unresolved: dict[tuple, float] = {}
     for func, (_cc, _nc, tottime, _ct, _callers) in stats.items():
         key = _key(func)

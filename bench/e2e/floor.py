@@ -1,9 +1,8 @@
 """The CPU floor: a Scrapy spider that fetches given URLs and parses each page once with lxml.
 
 Nothing else: no robots.txt, no delays, no extraction, no link following, no output; it imports
-nothing of the product either (its start-up is part of its CPU). What the product
-spends per page beyond this is its own overhead (politeness bookkeeping, extraction, frontier,
-staging, Dagster). Requests are fed a few hundred at a time from the callbacks, never as one
+nothing of the product either (its start-up is part of its CPU). What the product spends per page
+beyond this is its own overhead (politeness bookkeeping, extraction, frontier, staging, Dagster). Requests are fed a few hundred at a time from the callbacks, never as one
 unbounded start() generator (see MEASUREMENTS.md).
 
     python -m bench.e2e.floor --urls FILE [--proxy URL] [--concurrency 64]
