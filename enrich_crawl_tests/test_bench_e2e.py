@@ -8,6 +8,7 @@ politeness and accuracy scoring run on hand-made inputs.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -278,3 +279,35 @@ def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny)
     assert results["ratio"] == pytest.approx(sum(results["ratio_by_round"]) / 2, abs=0.001)
     table = attribution.markdown(results)
     assert "| extraction (mappings) |" in table and "**total**" in table
+
+
+def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tiny, tmp_path):
+    """`bench.e2e.floor --delays`: the polite bare crawler of the attribution. Its requests, as
+    the virtual web logged them, never overlap on a host and leave each host's delay between
+    sends (the host with no entry gets the default)."""
+    hosts = sorted(h for h, info in tiny.hosts().items() if info.get("robots") == "ok")[:3]
+    pages = {h: sorted(p.name for p in (tiny.web / h).glob("*.html"))[:4] for h in hosts}
+    urls = [
+        f"{tiny.hosts()[h].get('scheme', 'http')}://{h}/{name}" for h in hosts for name in pages[h]
+    ]
+    assert len(urls) >= 6
+    delays = {"default": 0.4, "hosts": {hosts[0]: 0.8, hosts[1]: 0.2}}
+    (tmp_path / "delays.json").write_text(json.dumps(delays))
+    (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
+    with running_web(tiny.web, log_path=tmp_path / "requests.jsonl") as web:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.e2e.floor", "--urls", str(tmp_path / "urls.txt"),
+             "--proxy", web.proxy_url, "--delays", str(tmp_path / "delays.json")],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout.splitlines()[-1])["pages"] == len(urls)
+        entries = [e for e in read_log(web.log_path) if e["ua"].startswith("enrich_crawl-bench-floor")]
+    for host in hosts:
+        mine = sorted((e for e in entries if e["host"] == host), key=lambda e: e["t"])
+        assert len(mine) == len(pages[host])
+        delay = delays["hosts"].get(host, delays["default"])
+        for a, b in itertools.pairwise(mine):
+            assert b["t"] >= a["t"] + a["dur"] - 0.05, (host, "overlapping")
+            assert b["t"] - a["t"] >= delay - 0.05, (host, b["t"] - a["t"], delay)

@@ -2,10 +2,15 @@
 
 Nothing else: no robots.txt, no delays, no extraction, no link following, no output; it imports
 nothing of the product either (its start-up is part of its CPU). What the product spends per page
-beyond this is its own overhead (politeness bookkeeping, extraction, frontier, staging, Dagster). Requests are fed a few hundred at a time from the callbacks, never as one
-unbounded start() generator (see MEASUREMENTS.md).
+beyond this is its own overhead (politeness bookkeeping, extraction, frontier, staging, Dagster).
+Requests are fed a few hundred at a time from the callbacks, never as one unbounded start()
+generator (see MEASUREMENTS.md).
 
-    python -m bench.e2e.floor --urls FILE [--proxy URL] [--concurrency 64]
+With `--delays` it is a polite bare crawler instead (information, not the check's floor): one
+request at a time per host, each host's delay between its sends (Scrapy's download slots), hosts
+served as their answers come in; what crawling at the pace of politeness costs Scrapy by itself.
+
+    python -m bench.e2e.floor --urls FILE [--proxy URL] [--concurrency 64] [--delays FILE]
 
 FILE holds one absolute URL per line. Prints JSON statistics on stdout.
 """
@@ -17,7 +22,9 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import lxml.html
 import scrapy
@@ -30,24 +37,41 @@ _PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
 class FloorSpider(scrapy.Spider):
     name = "bench_floor"
 
-    def __init__(self, urls: list[str], window: int, **kwargs):
+    def __init__(self, urls: list[str], window: int, paced: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.todo = list(reversed(urls))
         self.window = window
         self.pages = 0
         self.parsed = 0
         self.failed_requests = 0
+        # paced (`--delays`): one request out per host, the next of the same host sent when the
+        # answer is in (its slot adds the delay); hosts taken in the order they first appear
+        self.paced = paced
+        self.by_host: dict[str, deque[str]] = {}
+        for url in urls if paced else ():
+            self.by_host.setdefault(urlsplit(url).hostname or "", deque()).append(url)
+        self.hosts_waiting = deque(self.by_host)
 
-    def _next(self):
-        if self.todo:
-            url = self.todo.pop()
-            yield scrapy.Request(
-                url,
-                callback=self.parse,
-                errback=self.failed,
-                dont_filter=True,
-                meta={"handle_httpstatus_all": True, "dont_retry": True},
-            )
+    def _request(self, url: str, host: str = "") -> scrapy.Request:
+        return scrapy.Request(
+            url,
+            callback=self.parse,
+            errback=self.failed,
+            dont_filter=True,
+            meta={"handle_httpstatus_all": True, "dont_retry": True, "floor_host": host},
+        )
+
+    def _next(self, answered_host: str | None = None):
+        if not self.paced:
+            if self.todo:
+                yield self._request(self.todo.pop())
+            return
+        host = answered_host if self.by_host.get(answered_host or "") else None
+        while host is None and self.hosts_waiting:
+            host = self.hosts_waiting.popleft()
+        if host is None:
+            return
+        yield self._request(self.by_host[host].popleft(), host)
 
     async def start(self):
         for _ in range(self.window):
@@ -63,11 +87,11 @@ class FloorSpider(scrapy.Spider):
                 self.parsed += 1
             except (lxml.etree.ParserError, ValueError):
                 pass
-        yield from self._next()
+        yield from self._next(response.meta.get("floor_host"))
 
     def failed(self, failure):
         self.failed_requests += 1
-        yield from self._next()
+        yield from self._next(failure.request.meta.get("floor_host"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--urls", required=True, type=Path)
     parser.add_argument("--proxy", default=None)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--delays",
+        type=Path,
+        help='paced: JSON {"default": seconds, "hosts": {host: seconds}}; one request at a time '
+        "per host, that delay between its sends (a polite bare crawler; default: no delays)",
+    )
     args = parser.parse_args(argv)
 
     from scrapy.crawler import CrawlerProcess
@@ -104,9 +134,21 @@ def main(argv: list[str] | None = None) -> int:
         "WARN_ON_GENERATOR_RETURN_VALUE": False,
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
     }
+    if args.delays:
+        delays = json.loads(args.delays.read_text("utf-8"))
+        settings.update(
+            CONCURRENT_REQUESTS_PER_DOMAIN=1,
+            DOWNLOAD_DELAY=float(delays.get("default", 1.0)),
+            RANDOMIZE_DOWNLOAD_DELAY=False,
+            DOWNLOAD_SLOTS={
+                host: {"concurrency": 1, "delay": float(delay), "randomize_delay": False}
+                for host, delay in (delays.get("hosts") or {}).items()
+            },
+        )
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(FloorSpider)
-    process.crawl(crawler, urls=urls, window=args.concurrency * 2)
+    window = args.concurrency if args.delays else args.concurrency * 2
+    process.crawl(crawler, urls=urls, window=window, paced=bool(args.delays))
     process.start()
     spider = crawler.spider
     print(
