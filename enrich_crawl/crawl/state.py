@@ -624,11 +624,8 @@ class HostLimiter:
         collection = self._collection()
         lease = max(self.lease, timeout + 30.0)
         hold = self.held.get(host)
-        if hold is not None:
+        if hold is not None:  # held, but its lease is too short for this request (see `keep`)
             hold.idle_since = None
-            if hold.lease_end - time.time() > timeout + 10.0:
-                self.stats["kept"] += 1
-                return 0.0
             lease_end = time.time() + lease
             result = await collection.update_one(
                 {"_id": host, "by": hold.token}, {"$set": {"next_at": lease_end}}
