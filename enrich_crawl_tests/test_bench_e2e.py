@@ -185,7 +185,10 @@ def test_baselines_and_floor_run_politely(tiny, tmp_path):
         assert stats["pages"] > 0
         assert stats["violations_by_kind"]["disallowed"] == 0, stats["violation_examples"]
         assert stats["violations_by_kind"]["before_robots"] == 0, stats["violation_examples"]
-        assert stats["violations_by_kind"]["overlapping"] == 0, (module, stats["violation_examples"])
+        assert stats["violations_by_kind"]["overlapping"] == 0, (
+            module,
+            stats["violation_examples"],
+        )
         got = {r: v["fields"] for r, v in results.items()}
         score = accuracy(truth, got, types, attempted=set(results))
         assert score["accuracy"] == 1.0 and score["precision"] == 1.0, (module, score)
@@ -281,21 +284,29 @@ def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny)
     assert "| extraction (mappings) |" in table and "**total**" in table
 
 
-def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tiny, tmp_path):
+def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tmp_path):
     """`bench.e2e.floor --delays`: the polite bare crawler of the attribution. Its requests, as
     the virtual web logged them, never overlap on a host and leave each host's delay between
-    sends (the host with no entry gets the default)."""
-    hosts = sorted(h for h, info in tiny.hosts().items() if info.get("robots") == "ok")[:3]
-    pages = {h: sorted(p.name for p in (tiny.web / h).glob("*.html"))[:4] for h in hosts}
-    urls = [
-        f"{tiny.hosts()[h].get('scheme', 'http')}://{h}/{name}" for h in hosts for name in pages[h]
-    ]
-    assert len(urls) >= 6
-    delays = {"default": 0.4, "hosts": {hosts[0]: 0.8, hosts[1]: 0.2}}
+    sends (the host with no entry gets the default), and they reuse their connections to the
+    proxy as the product does: Scrapy alone keeps one idle connection per pool key, every
+    plain-http request through a proxy shares the proxy's key, and with answers slower than the
+    delays (several hosts in flight at once) most requests would open a connection of their own."""
+    root = tmp_path / "web"
+    root.mkdir()
+    (root / "_web.json").write_text(json.dumps({"latency": 0.25}))
+    hosts = [f"paced-{n}.example" for n in range(4)]
+    pages = {h: [f"p{n}.html" for n in range(6)] for h in hosts}
+    for host in hosts:
+        (root / host).mkdir()
+        (root / host / "robots.txt").write_text("User-agent: *\nAllow: /\n")
+        for name in pages[host]:
+            (root / host / name).write_text(f"<html><body><h1>{host} {name}</h1></body></html>")
+    urls = [f"http://{h}/{name}" for h in hosts for name in pages[h]]
+    delays = {"default": 0.1, "hosts": {hosts[0]: 0.4, hosts[1]: 0.05}}
     (tmp_path / "delays.json").write_text(json.dumps(delays))
     (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
-    with running_web(tiny.web, log_path=tmp_path / "requests.jsonl") as web:
+    with running_web(root, log_path=tmp_path / "requests.jsonl") as web:
         done = subprocess.run(
             [sys.executable, "-m", "bench.e2e.floor", "--urls", str(tmp_path / "urls.txt"),
              "--proxy", web.proxy_url, "--delays", str(tmp_path / "delays.json")],
@@ -303,7 +314,9 @@ def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tiny
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.splitlines()[-1])["pages"] == len(urls)
-        entries = [e for e in read_log(web.log_path) if e["ua"].startswith("enrich_crawl-bench-floor")]
+        entries = [
+            e for e in read_log(web.log_path) if e["ua"].startswith("enrich_crawl-bench-floor")
+        ]
     for host in hosts:
         mine = sorted((e for e in entries if e["host"] == host), key=lambda e: e["t"])
         assert len(mine) == len(pages[host])
@@ -311,3 +324,41 @@ def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tiny
         for a, b in itertools.pairwise(mine):
             assert b["t"] >= a["t"] + a["dur"] - 0.05, (host, "overlapping")
             assert b["t"] - a["t"] >= delay - 0.05, (host, b["t"] - a["t"], delay)
+    # one request in flight per host: never more connections than hosts
+    assert len({e["conn"] for e in entries}) <= len(hosts), sorted(
+        (e["t"], e["host"], e["conn"]) for e in entries
+    )
+
+
+def test_floor_requests_split_whole_hosts_for_the_paced_floor():
+    """The paced floor's processes each get whole hosts (a host's delay holds only within one
+    process), spread by load; the plain floor deals the requests out one by one. Every request
+    is kept, once, in its order within its host."""
+    from bench.e2e.suite import split_requests
+
+    sizes = {"big.example": 9, "mid.example": 5, "a.example": 3, "b.example": 2, "c.example": 2}
+    entries = [
+        {"host": host, "path": f"/{n}", "tls": host == "mid.example"}
+        for n in range(9)
+        for host, size in sizes.items()
+        if n < size
+    ]
+    paced = split_requests(entries, 3, by_host=True)
+    plain = split_requests(entries, 3)
+    everything = sorted(url for urls in paced for url in urls)
+    assert everything == sorted(url for urls in plain for url in urls)
+    assert len(everything) == len(entries) == sum(sizes.values())
+    assert "https://mid.example/0" in everything
+    owners = {
+        host: {i for i, urls in enumerate(paced) for u in urls if f"//{host}/" in u}
+        for host in sizes
+    }
+    assert all(len(o) == 1 for o in owners.values()), owners
+    # the busiest host alone; the others around it: 9 | 5+2 | 3+2
+    assert sorted(len(urls) for urls in paced) == [5, 7, 9]
+    for urls in paced:
+        for host in sizes:
+            mine = [u for u in urls if f"//{host}/" in u]
+            assert mine == sorted(mine, key=lambda u: int(u.rsplit("/", 1)[1]))
+    assert [len(urls) for urls in plain] == [7, 7, 7]
+    assert len({u.split("/")[2] for u in plain[0]}) > 1  # hosts spread over processes

@@ -236,22 +236,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
 
     # with --polite, a polite bare crawler too (information): the floor paced by each host's
     # Crawl-delay (else the spec's default delay), one request at a time per host
-    delays_file = work / "delays.json"
-    default_delay = spec.crawl.default_delay
-    delays_file.write_text(
-        json.dumps(
-            {
-                "default": default_delay,
-                "hosts": {
-                    host: info["crawl_delay"]
-                    if info.get("crawl_delay") is not None
-                    else default_delay
-                    for host, info in gen.hosts().items()
-                },
-            }
-        ),
-        encoding="utf-8",
-    )
+    delays_file = gen.write_delays(work / "delays.json", spec.crawl.default_delay)
 
     def floor(tag: str, web: Any, url_file: Path, profiled: bool, paced: bool = False) -> float:
         prof = ["-m", "cProfile", "-o", str(work / f"floor-{tag}.prof")] if profiled else []

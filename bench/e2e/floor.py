@@ -28,10 +28,23 @@ from urllib.parse import urlsplit
 
 import lxml.html
 import scrapy
+from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 
 from bench.e2e.agents import FLOOR_UA
 
 _PARSER = lxml.html.HTMLParser(encoding="utf-8", remove_comments=True)
+
+
+class PooledHTTP11DownloadHandler(HTTP11DownloadHandler):
+    """Scrapy's HTTP/1.1 handler keeping as many idle connections per pool key as requests in
+    flight. Scrapy keeps `CONCURRENT_REQUESTS_PER_DOMAIN` of them, and through a forward proxy every
+    plain-http request shares one key (the proxy's): paced at one request per host, the floor
+    would open and close a TCP connection for almost every request (the product keeps its proxy
+    connections the same way, see enrich_crawl.crawl.limiter)."""
+
+    def __init__(self, crawler):
+        super().__init__(crawler)
+        self._pool.maxPersistentPerHost = max(1, crawler.settings.getint("CONCURRENT_REQUESTS"))
 
 
 class FloorSpider(scrapy.Spider):
@@ -39,7 +52,7 @@ class FloorSpider(scrapy.Spider):
 
     def __init__(self, urls: list[str], window: int, paced: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.todo = list(reversed(urls))
+        self.todo = [] if paced else list(reversed(urls))  # paced: served from by_host
         self.window = window
         self.pages = 0
         self.parsed = 0
@@ -140,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             CONCURRENT_REQUESTS_PER_DOMAIN=1,
             DOWNLOAD_DELAY=float(delays.get("default", 1.0)),
             RANDOMIZE_DOWNLOAD_DELAY=False,
+            DOWNLOAD_HANDLERS={
+                scheme: "bench.e2e.floor.PooledHTTP11DownloadHandler"
+                for scheme in ("http", "https")
+            },
             DOWNLOAD_SLOTS={
                 host: {"concurrency": 1, "delay": float(delay), "randomize_delay": False}
                 for host, delay in (delays.get("hosts") or {}).items()

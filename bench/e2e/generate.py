@@ -1383,6 +1383,17 @@ class Generated:
     def hosts(self) -> dict[str, dict[str, Any]]:
         return json.loads((self.root / "hosts.json").read_text("utf-8"))
 
+    def write_delays(self, path: Path, default_delay: float) -> Path:
+        """The delays file of the paced floor (`bench.e2e.floor --delays`): each host's
+        Crawl-delay, `default_delay` (the spec's) for a host whose robots.txt gives none."""
+        hosts = {
+            host: default_delay if info.get("crawl_delay") is None else info["crawl_delay"]
+            for host, info in self.hosts().items()
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"default": default_delay, "hosts": hosts}), encoding="utf-8")
+        return path
+
 
 def read_truth(path: Path) -> dict[str, dict[str, Any]]:
     out = {}

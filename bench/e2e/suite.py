@@ -172,6 +172,10 @@ class Suite:
                 self.results["bfs_compare"] = self._guarded("bfs compare", self.bfs_compare)
             if "floor" not in skip and product is not None:
                 self.systems.append(self.floor(product))
+            if "paced_floor" not in skip and product is not None:
+                paced = self._guarded("paced floor", self.floor, product, paced=True)
+                if paced is not None:
+                    self.systems.append(paced)
             # a part that fails is reported as failed; the figures of the others are kept
             if "rss" not in skip and product is not None and self.cfg.rss_small_records:
                 self.results["rss_check"] = self._guarded("rss check", self.rss_check, product)
@@ -185,9 +189,9 @@ class Suite:
         self.results["seconds"] = round(time.monotonic() - started, 1)
         return self.results
 
-    def _guarded(self, what: str, part: Callable[..., dict[str, Any]], *args: Any) -> Any:
+    def _guarded(self, what: str, part: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return part(*args)
+            return part(*args, **kwargs)
         except Exception as exc:
             import traceback
 
@@ -515,7 +519,11 @@ class Suite:
 
     # -- CPU floor -------------------------------------------------------------------------------------
 
-    def floor(self, product: SystemResult) -> SystemResult:
+    def floor(self, product: SystemResult, *, paced: bool = False) -> SystemResult:
+        """The CPU floor on the product's requests (the check's floor), or with `paced` the same
+        requests crawled politely by the same bare spider (information): one request at a time per
+        host, each host's Crawl-delay (else the spec's default delay) between its sends, every host
+        in one process."""
         everything = product.log["_entries"]
         step = (
             max(1, -(-len(everything) // self.cfg.floor_requests)) if self.cfg.floor_requests else 1
@@ -523,17 +531,20 @@ class Suite:
         entries = everything[::step]  # an even sample over the run: the same mix of pages
         share = len(entries) / len(everything) if everything else 1.0
         procs = self.cfg.processes
+        name = "cpu_floor_paced" if paced else "cpu_floor"
         url_files = []
-        for i in range(procs):
-            urls = [
-                f"{'https' if e.get('tls') else 'http'}://{e['host']}{e['path']}"
-                for n, e in enumerate(entries)
-                if n % procs == i
-            ]
-            path = self.work / "floor" / f"urls-{i}.txt"
+        for i, urls in enumerate(split_requests(entries, procs, by_host=paced)):
+            path = self.work / name / f"urls-{i}.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(urls) + "\n", encoding="utf-8")
             url_files.append(path)
+        pace: list[str] = []
+        if paced:
+            from enrich_crawl.dataset.spec import load_spec
+
+            default_delay = load_spec(self.gen.spec).crawl.default_delay  # as the product reads it
+            delays = self.gen.write_delays(self.work / name / "delays.json", default_delay)
+            pace = ["--delays", str(delays)]
         env = {
             k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")
         }
@@ -541,7 +552,7 @@ class Suite:
         env["PYTHONWARNINGS"] = "ignore"
         jobs = [
             (
-                f"floor-{i}",
+                f"{name}-{i}",
                 [
                     sys.executable,
                     "-m",
@@ -550,11 +561,13 @@ class Suite:
                     str(path),
                     "--proxy",
                     self.web.proxy_url,
+                    *pace,
                 ],
             )
             for i, path in enumerate(url_files)
         ]
-        self.say(f"CPU floor: {len(entries)} requests of the product, {procs} processes ...")
+        what = "paced CPU floor" if paced else "CPU floor"
+        self.say(f"{what}: {len(entries)} requests of the product, {procs} processes ...")
         metrics = run_parallel(
             jobs, log_dir=self.work / "logs", env=env, timeout=self.cfg.run_timeout
         )
@@ -564,7 +577,7 @@ class Suite:
         pages = round(product.log["pages"] * share)
         log = {**log, "pages": pages, "violations": None}
         result = SystemResult(
-            "cpu_floor",
+            name,
             metrics.to_dict(),
             log,
             {},
@@ -663,6 +676,30 @@ class Suite:
         )
 
 
+def _entry_url(entry: dict[str, Any]) -> str:
+    """The URL of a request of the virtual web's log."""
+    return f"{'https' if entry.get('tls') else 'http'}://{entry['host']}{entry['path']}"
+
+
+def split_requests(
+    entries: list[dict[str, Any]], procs: int, *, by_host: bool = False
+) -> list[list[str]]:
+    """The URLs of logged requests for `procs` floor processes, in their order: dealt out one by
+    one, or (`by_host`, the paced floor: a host's delay holds only within one process) whole
+    hosts per process, the busiest host first onto the least loaded process."""
+    urls_of: list[list[str]] = [[] for _ in range(max(1, procs))]
+    if not by_host:
+        for n, entry in enumerate(entries):
+            urls_of[n % len(urls_of)].append(_entry_url(entry))
+        return urls_of
+    hosts: dict[str, list[str]] = {}
+    for entry in entries:
+        hosts.setdefault(entry["host"], []).append(_entry_url(entry))
+    for urls in sorted(hosts.values(), key=len, reverse=True):
+        min(urls_of, key=len).extend(urls)
+    return urls_of
+
+
 def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, Any]:
     """The verdicts of issue #9's "Must show" list, from the figures of one run."""
     rows = {s.name: s.row() for s in systems}
@@ -737,6 +774,22 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
                 "crawl_worker_cpu_per_page_vs_floor",
                 _ratio(ms, floor["cpu_ms_per_page"]),
                 "(information)",
+                None,
+            )
+    paced = rows.get("cpu_floor_paced")
+    if product and paced:
+        # what crawling at the pace of politeness costs the same bare spider, beside the product
+        check(
+            "cpu_per_page_vs_paced_floor",
+            _ratio(product["cpu_ms_per_page"], paced["cpu_ms_per_page"]),
+            "(information: the floor crawling politely)",
+            None,
+        )
+        if floor:
+            check(
+                "paced_floor_vs_floor",
+                _ratio(paced["cpu_ms_per_page"], floor["cpu_ms_per_page"]),
+                "(information: what politeness alone costs the floor)",
                 None,
             )
     scaling = (results.get("scaling") or {}).get("politeness_bound", {}).get("series", [])
@@ -849,7 +902,8 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         "records: records attempted (the baselines stop at their budget); resolved: every findable "
         "missing field correct; CPU: user+sys of the whole process tree; cpu_floor: the product's "
         "requests fetched again by a bare Scrapy spider parsing each page once with lxml, per page of "
-        "the product.",
+        "the product; cpu_floor_paced (information): the same spider on the same requests, politely "
+        "(one request at a time per host, each host's Crawl-delay between its sends).",
         "",
     ]
     for s in results.get("systems", []):
@@ -893,7 +947,7 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
     violations = [
         (s["name"], s["log"].get("violations_by_kind"))
         for s in results.get("systems", [])
-        if s["log"].get("violations_by_kind") and s["name"] != "cpu_floor"
+        if s["log"].get("violations_by_kind") and not s["name"].startswith("cpu_floor")
     ]
     if violations:
         lines += ["Politeness violations by kind:", ""]
