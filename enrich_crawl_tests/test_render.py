@@ -143,8 +143,8 @@ def _candidates(work: Path) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def _crawl(base: Path, web: Path, mappings: dict):
-    rows = [{"id": rid, "url": url} for rid, (url, _) in ROWS.items()]
+def _crawl(base: Path, web: Path, mappings: dict, records=ROWS, render_env=None):
+    rows = [{"id": rid, "url": ROWS[rid][0]} for rid in records]
     dataset, folder = write_dataset(base, rows, fields=FIELDS, mappings=mappings, crawl=CRAWL)
     prepared = seed_shards(dataset, base / "work", 1)
     with (
@@ -154,6 +154,8 @@ def _crawl(base: Path, web: Path, mappings: dict):
     ):
         # a smaller V8 heap: the runaway page crashes its renderer sooner and cheaper
         env.setenv("ENRICH_RENDER_JS_HEAP_MB", "128")
+        for name, value in (render_env or {}).items():
+            env.setenv(f"ENRICH_RENDER_{name.upper()}", str(value))
         run = run_workers(
             dataset,
             folder,
@@ -202,6 +204,18 @@ def _value(crawl, rid: str, field: str = "value"):
     return row["value"] if row else None
 
 
+def _found(crawl, rid: str, field: str = "value") -> dict[str, Any]:
+    """The candidate of `rid`; when there is none, the failure says what the browser saw."""
+    row = crawl["candidates"].get(rid, {}).get(field)
+    browser = crawl["stats"]["render"]["browser"]
+    assert row is not None, (
+        f"no {field} for {rid}: outcome {crawl['outcomes'].get(rid)}, "
+        f"subresources {browser['subresources']}, failed {browser['failed']}, "
+        f"page wait {browser.get('page_wait_max_seconds')} s"
+    )
+    return row
+
+
 # -- what rendering finds ------------------------------------------------------------------------
 
 
@@ -209,7 +223,7 @@ def _value(crawl, rid: str, field: str = "value"):
 def test_js_mappings_resolve_fields_a_static_crawl_cannot(js_crawl, static_crawl, rid):
     expected = ROWS[rid][1]
     assert _value(static_crawl, rid) is None  # the static HTML has an empty mount node
-    row = js_crawl["candidates"][rid]["value"]
+    row = _found(js_crawl, rid)
     assert row["value"] == expected
     assert row["rendered"] is True
     assert row["http_status"] == 200
@@ -217,7 +231,7 @@ def test_js_mappings_resolve_fields_a_static_crawl_cannot(js_crawl, static_crawl
 
 def test_auto_resolves_a_script_built_page_a_static_crawl_cannot(js_crawl, static_crawl):
     assert _value(static_crawl, "auto_shell") is None
-    row = js_crawl["candidates"]["auto_shell"]["value"]
+    row = _found(js_crawl, "auto_shell")
     assert (row["value"], row["rendered"], row["mapping"]) == ("Gdansk", True, "auto_pages")
 
 
@@ -302,6 +316,54 @@ def test_a_page_that_never_finishes_times_out_and_the_run_goes_on(js_crawl):
     assert js_crawl["stats"]["render"]["failed"] == {"render_crash": 1, "render_timeout": 1}
 
 
+def _with_latency(web: Path, dest: Path, latency: dict[str, float]) -> Path:
+    """A copy of `web` whose hosts answer `latency[host]` seconds late (every request)."""
+    shutil.copytree(web, dest)
+    for host, seconds in latency.items():
+        path = dest / host / "_web.json"
+        config = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        path.write_text(json.dumps({**config, "latency": seconds}), encoding="utf-8")
+    return dest
+
+
+def test_a_page_waiting_for_a_browser_context_keeps_its_whole_render_time(tmp_path, js_web):
+    """One context at a time, a new one per page: each page waits for the context of the page
+    before it to close, the first behind the page that never finishes (a whole render timeout).
+    A page's render time counts from its navigation, not from that wait: the page that waited
+    longest still gets its scripts and its value (it used to lose them as "late")."""
+    # the hanging page renders first; the page with scripts to fetch is the last in line
+    web = _with_latency(
+        js_web,
+        tmp_path / "web",
+        {
+            "js-inject.test": 0.3,
+            "auto-shell.test": 0.3,
+            "www.polite-js.test": 0.3,
+            "js-fetch.test": 0.6,
+        },
+    )
+    crawl = _crawl(
+        tmp_path / "run",
+        web,
+        MAPPINGS,
+        records=("hang", "inject", "auto_shell", "polite1", "fetch"),
+        render_env={"max_contexts": 1, "recycle_after": 1},
+    )
+    browser = crawl["stats"]["render"]["browser"]
+    # the scenario happened: some page waited for its context longer than the old code allowed
+    # before refusing the page's requests as late
+    assert browser["page_wait_max_seconds"] > CRAWL["render_timeout"] - 0.5, browser
+    assert browser["failed"] == {"render_timeout": 1}
+    assert [e["reason"] for e in crawl["outcomes"]["hang"]["errors"]] == ["render_timeout"]
+    for rid in ("inject", "auto_shell", "polite1", "fetch"):
+        assert _found(crawl, rid)["value"] == ROWS[rid][1], rid
+    assert "aborted/late" not in browser["subresources"], browser["subresources"]
+    assert [e["path"] for e in crawl["by_host"]["js-fetch.test"]][-2:] == [
+        "/static/app.js",
+        "/api/company.json",
+    ]
+
+
 # -- hygiene and politeness -------------------------------------------------------------------------
 
 
@@ -324,7 +386,10 @@ def test_browser_hygiene(js_crawl):
 
 def test_rendered_fetches_are_as_polite_as_static_ones(js_crawl):
     by_host = js_crawl["by_host"]
-    for host in OUR_HOSTS & set(by_host):
+    # nothing but the crawler's requests to the sites: Chromium's own traffic (component
+    # updates, sign-in checks) never reached the proxy
+    assert set(by_host) <= OUR_HOSTS, sorted(set(by_host) - OUR_HOSTS)
+    for host in by_host:
         entries = by_host[host]
         assert entries[0]["path"] == "/robots.txt", host  # robots.txt before anything else
         # one request at a time per host, the page's subresources included
@@ -564,8 +629,11 @@ def test_browser_knobs_from_the_environment_and_the_params(monkeypatch):
         "--disable-component-update",
         "--disable-sync",
         "--no-first-run",
+        "--no-proxy-server",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
     ):
         assert flag in args
+    assert "proxy" not in settings["PLAYWRIGHT_LAUNCH_OPTIONS"]
     assert settings["PLAYWRIGHT_MAX_PAGES_PER_CONTEXT"] == 2
     assert settings["PLAYWRIGHT_MAX_CONTEXTS"] == 3
     render = settings["ENRICH_RENDER"]

@@ -529,3 +529,22 @@ def test_running_web_always_stops(tmp_path):
         raise RuntimeError("boom")
     assert proc.poll() is not None and proc.returncode in (0, -signal.SIGTERM)
     assert [e["path"] for e in read_log(log_path)] == ["/"]
+
+
+def test_idle_keep_alive_connections_are_closed_after_idle_timeout(tmp_path):
+    """`--idle-timeout` (running_web's `idle_timeout`): as real servers do (Apache closes after
+    5 s), an idle keep-alive connection is closed; a busy one is not."""
+    root = build_root(tmp_path / "root")
+    with (
+        running_web(root, idle_timeout=0.5) as handle,
+        socket.create_connection(("127.0.0.1", handle.port), timeout=5) as s,
+    ):
+        request = b"GET http://bare.example/ HTTP/1.1\r\nHost: bare.example\r\n\r\n"
+        s.sendall(request)
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(0.2)  # idle, but not long enough
+        s.sendall(request)
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        # closed by the server once idle for 0.5 s (the default, 120 s, would outlast the
+        # socket's 5 s timeout)
+        assert s.recv(65536) == b""

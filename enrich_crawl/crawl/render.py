@@ -250,7 +250,9 @@ def looks_script_built(page: Page) -> ScriptBuilt:
 def browser_args(config: RenderConfig) -> list[str]:
     """Chromium flags: headless hygiene for a shared 2-core machine (no GPU, no background
     traffic, no updates, no sync), no sandbox (containers), a bounded V8 heap per renderer, and no
-    DNS prefetching (every request goes through the crawler anyway)."""
+    network of its own: every request of a page is answered by the route handler through the
+    crawler, so the browser needs no proxy and resolves no name; what Chromium would still send by
+    itself (component updates, sign-in checks, under its own user agent) goes nowhere."""
     return [
         "--no-sandbox",
         "--disable-gpu",
@@ -260,6 +262,8 @@ def browser_args(config: RenderConfig) -> list[str]:
         "--no-first-run",
         "--disable-dev-shm-usage",
         "--dns-prefetch-disable",
+        "--no-proxy-server",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
         f"--js-flags=--max-old-space-size={int(config.js_heap_mb)}",
     ]
 
@@ -283,9 +287,7 @@ class RenderUrlPolicyMiddleware(UrlPolicyMiddleware):
         return None
 
 
-def playwright_settings(
-    *, chromium: str, proxy: str | None, config: RenderConfig, user_agent: str
-) -> dict[str, Any]:
+def playwright_settings(*, chromium: str, config: RenderConfig, user_agent: str) -> dict[str, Any]:
     """The Scrapy settings that install the browser handler (only when `needs_browser`)."""
     handler = "enrich_crawl.crawl.render_handler.RenderDownloadHandler"
     launch: dict[str, Any] = {
@@ -298,10 +300,6 @@ def playwright_settings(
         "handle_sigterm": False,
         "handle_sighup": False,
     }
-    if proxy:
-        # the browser never fetches by itself (every request is answered through the crawler's
-        # HTTP stack), but should anything slip through it goes where the crawler goes
-        launch["proxy"] = {"server": proxy}
     return {
         "DOWNLOAD_HANDLERS": {"http": handler, "https": handler},
         "PLAYWRIGHT_BROWSER_TYPE": "chromium",

@@ -24,7 +24,8 @@ on every page; the browser itself never reaches the network:
 
 Hygiene: bounded pages (`concurrency`) and contexts (`max_contexts`); a context is retired after
 `recycle_after` pages and closed when its last page is done; every page is closed by this handler,
-on success, failure and timeout (callbacks and errbacks never hold one); a whole-render timeout;
+on success, failure and timeout (callbacks and errbacks never hold one); a whole-render timeout,
+counted from the page's navigation (the wait for a context and a page is bounded apart);
 a renderer crash or a lost browser is retried once, in a fresh context (a new browser when it died),
 then reported as `render_crash`; V8's heap is capped so a runaway page crashes its renderer instead
 of eating the machine.
@@ -259,7 +260,12 @@ class SubresourceGate:
         self.document_served = False
         self.fetched = 0
         self.latencies: list[float] = []
-        self.deadline = time.monotonic() + handler.render_config.timeout
+        self.created = time.monotonic()
+        # the render's time counts from its page's navigation (`install`), not from the wait for
+        # a browser context and a page before it (a new context can wait for a retiring one to
+        # close, behind a page that hangs: a whole render timeout)
+        self.navigated: float | None = None
+        self.deadline = self.created + handler.render_config.timeout
         self.polite: list[Request] = []  # requests sent through the crawler's downloader
         self.closed = False
         self.inflight = 0  # requests of the page being answered (the gate sees all of them)
@@ -267,6 +273,9 @@ class SubresourceGate:
 
     async def install(self, page: BrowserPage) -> None:
         self.page = page
+        self.navigated = time.monotonic()
+        self.deadline = self.navigated + self.handler.render_config.timeout
+        self.handler.page_waited(self.navigated - self.created)
         await page.route("**", self.handle)
         # web sockets are answered by nobody (a mocked socket that never connects)
         await page.route_web_socket("**", self._no_socket)
@@ -392,6 +401,7 @@ class SubresourceGate:
         # its retry starts
         async with handler.host_lock(self.host):
             if self.closed:
+                handler.count("subresources/aborted/late")
                 return None
             started = time.monotonic()
             try:
@@ -531,6 +541,7 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
         self.context_open: Counter[str] = Counter()
         self.memory: list[dict[str, float]] = []
         self.durations: list[float] = []  # seconds per rendered page (the first 10,000)
+        self.page_wait_max = 0.0  # the longest wait of a render for its context and page
         self.created = time.monotonic()
         self.peak_memory: dict[str, float] = {}
         self.context_kwargs = {
@@ -722,10 +733,14 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
             }
         )
         try:
-            response = await asyncio.wait_for(self._download_request(request), config.timeout + 5.0)
+            response = await self._in_time(self._download_request(request), gate)
         except asyncio.TimeoutError:
-            # a page that never gives its content back (a script spinning in the renderer)
             self.count("failed/render_timeout")
+            if gate.navigated is None:
+                raise RenderFailed(
+                    "render_timeout", f"no browser page free within {self._page_wait:g} s"
+                ) from None
+            # a page that never gives its content back (a script spinning in the renderer)
             raise RenderFailed("render_timeout", f"no page within {config.timeout:g} s") from None
         except PlaywrightTimeoutError as exc:
             self.count("failed/render_timeout")
@@ -742,6 +757,42 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
                 meta.pop(key, None)
             await self._page_done(name)
         return response, gate
+
+    @property
+    def _page_wait(self) -> float:
+        """How long a render may wait for a browser context and a page: until another render
+        ends (its own bound) and its page and context are closed (10 s each)."""
+        return self.render_config.timeout + 25.0
+
+    async def _in_time(self, download: Any, gate: SubresourceGate) -> Response:
+        """`download` (scrapy-playwright's), cancelled (asyncio.TimeoutError) when the page waited
+        longer than `_page_wait` for the browser, or its render took longer than the render timeout
+        from its navigation (+5 s for the page's content to come back)."""
+        task = asyncio.ensure_future(download)
+        try:
+            while True:
+                if gate.navigated is None:
+                    end = gate.created + self._page_wait
+                else:
+                    end = gate.navigated + self.render_config.timeout + 5.0
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                done, _ = await asyncio.wait({task}, timeout=left)
+                if done:
+                    return task.result()
+        except asyncio.CancelledError:  # the crawl is stopping: so is the render
+            task.cancel()
+            raise
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise asyncio.TimeoutError
+
+    def page_waited(self, seconds: float) -> None:
+        """A render got its page after waiting `seconds` for a context and a page."""
+        if seconds > self.page_wait_max:
+            self.page_wait_max = seconds
 
     async def _close_page(self, page: BrowserPage | None) -> None:
         if page is None or page.is_closed():
@@ -845,6 +896,7 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
             "subresources": subresources,
             "scripts_cached": len(self.scripts.entries),
             "render_seconds": _percentiles(self.durations),
+            "page_wait_max_seconds": round(self.page_wait_max, 3),
             "memory": self.memory,
             "peak_memory": self.peak_memory,
             "config": self.render_config.to_dict(),

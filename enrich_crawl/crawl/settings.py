@@ -46,7 +46,6 @@ def build_settings(params: WorkerParams, *, render: bool = False) -> dict[str, A
         settings.update(
             playwright_settings(
                 chromium=params.chromium,
-                proxy=params.proxy,
                 config=render_config,
                 user_agent=params.user_agent,
             )

@@ -1509,12 +1509,14 @@ def running_web(
     port: int = 0,
     env: dict[str, str] | None = None,
     startup_timeout: float = 20.0,
+    idle_timeout: float | None = None,
 ) -> Iterator[WebHandle]:
     """Run ``python -m enrich_crawl.testing.web ROOT`` in its own session until the block ends.
 
     ``log_path``: request log (default: a temporary file, removed on exit). ``seed``: latency seed
-    (default: ``ROOT/_web.json`` ``"seed"``, else 0). ``env``: extra environment for the server. The
-    server also exits by itself if this process dies.
+    (default: ``ROOT/_web.json`` ``"seed"``, else 0). ``env``: extra environment for the server.
+    ``idle_timeout``: seconds after which the server closes an idle keep-alive connection (default
+    120; real servers often close after 5). The server also exits by itself if this process dies.
     """
     tmp = Path(tempfile.mkdtemp(prefix="virtual-web-"))
     log_file = Path(log_path) if log_path is not None else tmp / "requests.jsonl"
@@ -1536,6 +1538,8 @@ def running_web(
     ]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    if idle_timeout is not None:
+        cmd += ["--idle-timeout", str(idle_timeout)]
     child_env = dict(os.environ)
     child_env.update(env or {})
     package_parent = str(Path(__file__).resolve().parents[2])
@@ -1596,7 +1600,14 @@ def running_web(
 
 
 async def _serve_cli(args: argparse.Namespace) -> None:
-    web = VirtualWeb(args.root, host=args.host, port=args.port, log_path=args.log, seed=args.seed)
+    web = VirtualWeb(
+        args.root,
+        host=args.host,
+        port=args.port,
+        log_path=args.log,
+        seed=args.seed,
+        idle_timeout=args.idle_timeout,
+    )
     await web.start()
     if args.ca_file:
         Path(args.ca_file).write_bytes(web.ca_pem)
@@ -1640,6 +1651,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port-file", help="write the port to this file once listening")
     parser.add_argument("--seed", type=int, default=None, help="latency seed")
     parser.add_argument("--ca-file", help="write the CA certificate (PEM) to this file")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=120.0,
+        help="close keep-alive connections idle this long, in seconds (Apache's default: 5)",
+    )
     parser.add_argument(
         "--exit-with-parent", action="store_true", help="stop when the parent process dies"
     )
