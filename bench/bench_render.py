@@ -405,7 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         base = [r["pages_per_second"] for r in static["baseline"]]
 
         def ratio(a: list[float], b: list[float]) -> float | None:
-            return round(statistics.median(a) / statistics.median(b), 3) if a and b else None
+            if not a or not b or not statistics.median(b):  # no static pages, or none crawled
+                return None
+            return round(statistics.median(a) / statistics.median(b), 3)
 
         seen = {
             which: sorted({p for r in rows for p in r["browser_processes"]})
@@ -432,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
         report["verdicts"] = {
             # None: no rendering rounds in this run (--rounds 0)
             "memory_flat": all(x is not None and x <= FLAT for x in flat) if flat else None,
-            "static_unaffected": not any(seen.values()) and over is not None and over >= 1 - SAME,
+            # None: no static pages crawled (--static-pages 0)
+            "static_unaffected": None
+            if args.static_pages <= 0
+            else not any(seen.values()) and over is not None and over >= 1 - SAME,
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
