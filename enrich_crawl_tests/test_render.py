@@ -645,3 +645,43 @@ def test_browser_knobs_from_the_environment_and_the_params(monkeypatch):
     params.render = {}
     with pytest.raises(ValueError, match="concurrency"):
         build_settings(params, render=True)
+
+
+def test_the_render_bound_counts_from_navigation_and_the_wait_for_a_page_apart():
+    """RenderDownloadHandler._in_time on its own: a render whose page never comes back is cut
+    at navigation + timeout + 5 s, however long the wait for a page allowed (here 60 s); a
+    render that never gets a page is cut at the page-wait bound. Either way the download is
+    cancelled."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from enrich_crawl.crawl.render import RenderConfig
+    from enrich_crawl.crawl.render_handler import RenderDownloadHandler
+
+    def gate() -> SimpleNamespace:
+        return SimpleNamespace(created=time.monotonic(), navigated=None, navigation=asyncio.Event())
+
+    async def stuck(g: SimpleNamespace, navigate_after: float | None, state: dict) -> None:
+        try:
+            if navigate_after is not None:
+                await asyncio.sleep(navigate_after)
+                g.navigated = time.monotonic()
+                g.navigation.set()
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            state["cancelled"] = True
+            raise
+
+    async def cut(page_wait: float, navigate_after: float | None) -> tuple[float, bool]:
+        # render timeout 0.1 s: the bound after navigation is 5.1 s
+        handler = SimpleNamespace(render_config=RenderConfig(timeout=0.1), _page_wait=page_wait)
+        g, state = gate(), {}
+        started = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await RenderDownloadHandler._in_time(handler, stuck(g, navigate_after, state), g)
+        return time.monotonic() - started, state.get("cancelled", False)
+
+    elapsed, cancelled = asyncio.run(cut(page_wait=60.0, navigate_after=0.2))
+    assert cancelled and 5.2 <= elapsed < 30.0  # navigation + 5.1 s, not the 60 s of page wait
+    elapsed, cancelled = asyncio.run(cut(page_wait=0.5, navigate_after=None))
+    assert cancelled and 0.5 <= elapsed < 5.0  # no page: the page-wait bound

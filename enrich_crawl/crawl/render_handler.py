@@ -265,6 +265,7 @@ class SubresourceGate:
         # a browser context and a page before it (a new context can wait for a retiring one to
         # close, behind a page that hangs: a whole render timeout)
         self.navigated: float | None = None
+        self.navigation = asyncio.Event()  # set by `install`: the render's own clock starts
         self.deadline = self.created + handler.render_config.timeout
         self.polite: list[Request] = []  # requests sent through the crawler's downloader
         self.closed = False
@@ -275,6 +276,7 @@ class SubresourceGate:
         self.page = page
         self.navigated = time.monotonic()
         self.deadline = self.navigated + self.handler.render_config.timeout
+        self.navigation.set()
         self.handler.page_waited(self.navigated - self.created)
         await page.route("**", self.handle)
         # web sockets are answered by nobody (a mocked socket that never connects)
@@ -769,21 +771,26 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
         longer than `_page_wait` for the browser, or its render took longer than the render timeout
         from its navigation (+5 s for the page's content to come back)."""
         task = asyncio.ensure_future(download)
+        navigation = asyncio.ensure_future(gate.navigation.wait())
         try:
             while True:
                 if gate.navigated is None:
                     end = gate.created + self._page_wait
+                    waited = {task, navigation}  # wake up when the render's clock starts
                 else:
                     end = gate.navigated + self.render_config.timeout + 5.0
+                    waited = {task}
                 left = end - time.monotonic()
                 if left <= 0:
                     break
-                done, _ = await asyncio.wait({task}, timeout=left)
-                if done:
+                await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                if task.done():
                     return task.result()
         except asyncio.CancelledError:  # the crawl is stopping: so is the render
             task.cancel()
             raise
+        finally:
+            navigation.cancel()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
