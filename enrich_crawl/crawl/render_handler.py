@@ -277,7 +277,8 @@ class SubresourceGate:
         self.navigated = time.monotonic()
         self.deadline = self.navigated + self.handler.render_config.timeout
         self.navigation.set()
-        self.handler.page_waited(self.navigated - self.created)
+        handler = self.handler
+        handler.page_wait_max = max(handler.page_wait_max, self.navigated - self.created)
         await page.route("**", self.handle)
         # web sockets are answered by nobody (a mocked socket that never connects)
         await page.route_web_socket("**", self._no_socket)
@@ -771,35 +772,30 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
         longer than `_page_wait` for the browser, or its render took longer than the render timeout
         from its navigation (+5 s for the page's content to come back)."""
         task = asyncio.ensure_future(download)
-        navigation = asyncio.ensure_future(gate.navigation.wait())
         try:
-            while True:
-                if gate.navigated is None:
-                    end = gate.created + self._page_wait
-                    waited = {task, navigation}  # wake up when the render's clock starts
-                else:
-                    end = gate.navigated + self.render_config.timeout + 5.0
-                    waited = {task}
-                left = end - time.monotonic()
-                if left <= 0:
-                    break
-                await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                if task.done():
-                    return task.result()
+            if gate.navigated is None:  # waiting for a page: until it navigates, at most _page_wait
+                navigation = asyncio.ensure_future(gate.navigation.wait())
+                left = gate.created + self._page_wait - time.monotonic()
+                try:
+                    await asyncio.wait(
+                        {task, navigation},
+                        timeout=max(left, 0.0),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    navigation.cancel()
+            if gate.navigated is not None and not task.done():
+                left = gate.navigated + self.render_config.timeout + 5.0 - time.monotonic()
+                await asyncio.wait({task}, timeout=max(left, 0.0))
+            if task.done():
+                return task.result()
         except asyncio.CancelledError:  # the crawl is stopping: so is the render
             task.cancel()
             raise
-        finally:
-            navigation.cancel()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
         raise asyncio.TimeoutError
-
-    def page_waited(self, seconds: float) -> None:
-        """A render got its page after waiting `seconds` for a context and a page."""
-        if seconds > self.page_wait_max:
-            self.page_wait_max = seconds
 
     async def _close_page(self, page: BrowserPage | None) -> None:
         if page is None or page.is_closed():
