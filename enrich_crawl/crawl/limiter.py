@@ -11,6 +11,9 @@ inside one process. `PoliteDownloader` adds what one process cannot know:
   answer to the next send, which no event-loop lag can shorten. robots.txt fetches go through the
   same path;
 - a request whose records are all done by then is not sent (`Refused("goal_reached")`);
+- a retry waits out its backoff here when it did not come through the PoliteScheduler (which
+  holds back scheduled retries itself): a robots.txt fetch goes through `engine.download_async`,
+  whose retries come straight back to the downloader;
 - it tells the PoliteScheduler when it is done with a request, whatever the outcome.
 
 It wraps the download handlers as a whole, so any handler (HTTP, or a browser handler added for
@@ -19,6 +22,7 @@ JavaScript rendering) is limited the same way.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -27,7 +31,7 @@ from scrapy.core.downloader import Downloader
 from scrapy.utils.httpobj import urlparse_cached
 
 from enrich_crawl.crawl.errors import Refused
-from enrich_crawl.crawl.scheduler import PoliteScheduler
+from enrich_crawl.crawl.scheduler import NOT_BEFORE, PoliteScheduler
 from enrich_crawl.crawl.state import HostBusy, HostLimiter
 
 if TYPE_CHECKING:
@@ -36,6 +40,27 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
+
+
+def _open_only(put: Any) -> Any:
+    """The pool's `_putConnection`, refusing a connection that is being closed. A download stopped
+    midway (a binary body at its headers, robots.txt cut at its size limit) closes its connection;
+    when the rest of the body had already arrived, Twisted still finds the response complete and
+    hands the closing connection back to the pool, and the next request sent on it is lost (then
+    retried: the same request twice at its host, through a proxy any host)."""
+
+    def put_open(key: Any, connection: Any) -> None:
+        transport = connection.transport
+        if (
+            transport is None
+            or getattr(transport, "disconnecting", False)
+            or getattr(transport, "disconnected", False)
+            or getattr(transport, "_aborting", False)
+        ):
+            return
+        put(key, connection)
+
+    return put_open
 
 
 class _LimitedHandlers:
@@ -51,8 +76,9 @@ class _LimitedHandlers:
 
     def _tune(self, request: Request) -> None:
         """Twisted's connection pool silently resends a request whose reused connection failed:
-        a second request to the host at once, unseen by the delay. Switch that off; through a
-        proxy, keep as many connections to it as requests in flight."""
+        a second request to the host at once, unseen by the delay. Switch that off, keep closing
+        connections out of the pool (`_open_only`); through a proxy, keep as many connections to
+        it as requests in flight."""
         try:
             handler = self._inner._get_handler(urlparse_cached(request).scheme)
         except Exception:
@@ -63,12 +89,16 @@ class _LimitedHandlers:
         pool = getattr(handler, "_pool", None)
         if pool is not None:
             pool.retryAutomatically = False
+            pool._putConnection = _open_only(pool._putConnection)
             settings = self._downloader.crawler.settings
             if settings.get("ENRICH_PROXY"):
                 pool.maxPersistentPerHost = max(1, settings.getint("CONCURRENT_REQUESTS"))
 
     async def download_request_async(self, request: Request) -> Response:
         self._tune(request)
+        not_before = request.meta.get(NOT_BEFORE)
+        if not_before is not None and not_before > time.monotonic():
+            await asyncio.sleep(not_before - time.monotonic())
         held = self._downloader.send_now(request)
         if held is None:
             held = await self._downloader.before_send(request)
