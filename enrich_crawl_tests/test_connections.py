@@ -27,9 +27,9 @@ HOSTS = 24
 
 
 def test_a_stopped_download_leaves_no_connection_behind(tmp_path, mongo_server):
-    """Small images (stopped at their headers: the whole body came with them) and robots.txt
-    files cut at 500 KiB on many hosts, with pages in between: every request reaches the server
-    exactly once."""
+    """Small images (stopped at their headers: the whole body came with them), pages over
+    max_page_bytes (aborted at their headers) and robots.txt files cut at 500 KiB on many hosts,
+    with pages in between: every request reaches the server exactly once."""
     root = tmp_path / "web"
     padding = "# " + "x" * 98 + "\n"
     huge_robots = "User-agent: *\nAllow: /\n" + padding * (MAX_ROBOTS_BYTES // len(padding) + 20)
@@ -42,13 +42,21 @@ def test_a_stopped_download_leaves_no_connection_behind(tmp_path, mongo_server):
         (folder / "robots.txt").write_text(robots, encoding="utf-8")
         (folder / "photo").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
         (folder / "_web.json").write_text('{"content_type": {"/photo": "image/png"}}')
+        (folder / "big.html").write_text(f"<html><body>{'<p>big</p>' * 600}</body></html>")
+        rows.append({"id": f"{host}/big", "url": f"http://{host}/big.html"})
         for page in ("a", "b"):
             (folder / f"{page}.html").write_text(
                 f"<html><body><span id='v'>{host} {page}</span></body></html>", encoding="utf-8"
             )
             rows.append({"id": f"{host}/{page}", "url": f"http://{host}/{page}.html"})
         rows.append({"id": f"{host}/photo", "url": f"http://{host}/photo"})
-    crawl = {"default_delay": 0.05, "store_pages": False, "retries": 2, "retry_backoff": 0.1}
+    crawl = {
+        "default_delay": 0.05,
+        "store_pages": False,
+        "retries": 2,
+        "retry_backoff": 0.1,
+        "max_page_bytes": 4000,
+    }
     dataset, mappings = write_dataset(
         tmp_path, rows, fields={"value": {}}, mappings={"conn": MAPPING}, crawl=crawl
     )
@@ -65,16 +73,19 @@ def test_a_stopped_download_leaves_no_connection_behind(tmp_path, mongo_server):
         log = server.read_log()
     assert run.returncodes == {"s00": 0}, run.logs
     values = {rid: f["value"] for rid, f in read_candidates(tmp_path / "work").items()}
+    outcomes = read_outcomes(tmp_path / "work")
+    stopped = {"photo": "not_text", "big": "too_large"}
     for row in rows:
-        if row["id"].endswith("/photo"):
-            reasons = {e["reason"] for e in read_outcomes(tmp_path / "work")[row["id"]]["errors"]}
-            assert reasons == {"not_text"}, (row, reasons)
+        kind = row["id"].rpartition("/")[2]
+        if kind in stopped:
+            reasons = {e["reason"] for e in outcomes[row["id"]]["errors"]}
+            assert reasons == {stopped[kind]}, (row, reasons)
         else:
             host, _, page = row["id"].partition("/")
             assert values.get(row["id"]) == f"{host} {page}", row
     sent = collections.Counter((e["host"], e["path"]) for e in log)
-    expected = {(f"c-{i:02d}.test", p) for i in range(HOSTS) for p in ("/robots.txt", "/photo")}
-    expected |= {(f"c-{i:02d}.test", f"/{p}.html") for i in range(HOSTS) for p in "ab"}
+    paths = ("/robots.txt", "/photo", "/a.html", "/b.html", "/big.html")
+    expected = {(f"c-{i:02d}.test", path) for i in range(HOSTS) for path in paths}
     assert set(sent) == expected
     twice = {key: n for key, n in sent.items() if n > 1}
     assert not twice, (twice, run.stats["s00"].get("retries"))
