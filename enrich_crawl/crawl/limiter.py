@@ -44,10 +44,11 @@ logger = logging.getLogger(__name__)
 
 def _open_only(put: Any) -> Any:
     """The pool's `_putConnection`, refusing a connection that is being closed. A download stopped
-    midway (a binary body at its headers, robots.txt cut at its size limit) closes its connection;
-    when the rest of the body had already arrived, Twisted still finds the response complete and
-    hands the closing connection back to the pool, and the next request sent on it is lost (then
-    retried: the same request twice at its host, through a proxy any host)."""
+    midway (a binary body at its headers, robots.txt cut at its size limit) closes its connection,
+    a page over max_page_bytes aborts it; when the rest of the body had already arrived, Twisted
+    still finds the response complete and hands the connection back to the pool, and the next
+    request sent on it is lost (then retried: the same request twice at its host, through a
+    proxy any host)."""
 
     def put_open(key: Any, connection: Any) -> None:
         transport = connection.transport
