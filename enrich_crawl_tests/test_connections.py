@@ -68,7 +68,7 @@ def test_a_stopped_download_leaves_no_connection_behind(tmp_path, mongo_server):
             proxy=server.proxy_url,
             shards=1,
             mongo_uri=mongo_server.uri,
-            mongo_db="connections",
+            mongo_db=f"connections_{tmp_path.name}",  # its own robots.txt cache
         )
         log = server.read_log()
     assert run.returncodes == {"s00": 0}, run.logs

@@ -97,9 +97,9 @@ class _LimitedHandlers:
 
     async def download_request_async(self, request: Request) -> Response:
         self._tune(request)
-        not_before = request.meta.get(NOT_BEFORE)
-        if not_before is not None and not_before > time.monotonic():
-            await asyncio.sleep(not_before - time.monotonic())
+        wait = request.meta.get(NOT_BEFORE, 0.0) - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
         held = self._downloader.send_now(request)
         if held is None:
             held = await self._downloader.before_send(request)
