@@ -262,11 +262,19 @@ def test_bench_cli_parses():
 def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny):
     """bench.e2e.attribution on the tiny web: a real crawl worker and the floor, plain and under
     cProfile; the product's components add up to its CPU per page, and only the product spends
-    on extraction and on its crawl state."""
+    on extraction and on its crawl state. `--family` takes one family's records (here the
+    tiny dataset's largest); an unknown family is refused, by name."""
+    from collections import Counter
+
     from bench.e2e import attribution
 
-    args = attribution.parse_args(["--records", "12", "--rounds", "2"])
+    with pytest.raises(SystemExit, match=r"no record of family 'nosuch'.*truth\.jsonl"):
+        attribution.run(attribution.parse_args(["--family", "nosuch"]), gen=tiny)
+    family = Counter(row["family"] for row in tiny.truth().values()).most_common(1)[0][0]
+    args = attribution.parse_args(["--records", "12", "--rounds", "2", "--family", family])
     results = attribution.run(args, gen=tiny)
+    assert results["family"] == family
+    assert f"of the family {family}" in attribution.markdown(results)
     runs = results["runs"]
     assert runs["product_plain"]["pages"] > 0
     assert runs["floor_plain"]["requests"] == runs["product_plain"]["requests"] > 0

@@ -10,7 +10,7 @@ to the component of its callers). cProfile slows pure-Python code more than C, s
 approximate: each component's ms/page is its share of the profiled run times the plain run's CPU
 per page.
 
-    python -m bench.e2e.attribution [--records 400] [--polite] [--seed 1 --hosts 1000 ...]
+    python -m bench.e2e.attribution [--records 400] [--polite] [--family pydocs] [--seed 1 ...]
 
 By default the web has no delays (`Crawl-delay: 0`, `crawl.default_delay: 0`: the crawl is
 CPU-bound and short); `--polite` crawls the benchmark's web with its delays (as long as the
@@ -170,11 +170,15 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             log=say,
         )
     work = Path(tempfile.mkdtemp(prefix="bench-attribution-"))
-    truth = sorted(gen.truth())
+    truth = sorted(
+        rid for rid, row in gen.truth().items() if args.family in (None, row.get("family"))
+    )
+    if not truth:
+        raise SystemExit(f"attribution: no record of family {args.family!r} in {gen.truth_path}")
     step = max(1, len(truth) // args.records)
     spec_path = gen_mod.subset(
         gen,
-        f"attribution{args.records}",
+        f"attribution{args.records}{'-' + args.family if args.family else ''}",
         truth[::step][: args.records],
         crawl=None if args.polite else {"default_delay": 0},
     )
@@ -186,7 +190,8 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env["PYTHONWARNINGS"] = "ignore"
     results: dict[str, Any] = {
-        "records": args.records,
+        "records": min(args.records, len(truth)),
+        "family": args.family,
         "polite": args.polite,
         "rounds": args.rounds,
         "runs": {},
@@ -320,7 +325,8 @@ def markdown(results: dict[str, Any]) -> str:
     rows = results["components_ms_per_page"]
     order = [name for name, _ in COMPONENTS] + ["other"]
     lines = [
-        f"One crawl worker on {results['records']} records "
+        f"One crawl worker on {results['records']} records"
+        f"{' of the family ' + results['family'] if results.get('family') else ''} "
         f"({'the web with its delays' if results['polite'] else 'the web without delays'}), "
         f"{results['runs']['product_plain']['pages']:,} pages; the floor on the same "
         f"{results['runs']['floor_plain']['requests']:,} requests. CPU per page (plain runs): "
@@ -361,6 +367,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--rounds", type=int, default=3, help="plain runs of each system, interleaved (median)"
     )
+    parser.add_argument(
+        "--family",
+        help="only records of this family of the generated dataset (its truth.jsonl: directory, "
+        "shared, brand, site, pydocs = the Python docs host)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--hosts", type=int, default=1000, help="hosts of the generated web")
     parser.add_argument(
@@ -382,7 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = run(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    name = f"attribution-{dt.date.today().isoformat()}{'-polite' if args.polite else ''}"
+    name = (
+        f"attribution-{dt.date.today().isoformat()}{'-polite' if args.polite else ''}"
+        f"{'-' + args.family if args.family else ''}"
+    )
     (args.results_dir / f"{name}.json").write_text(json.dumps(results, indent=1), "utf-8")
     text = markdown(results)
     (args.results_dir / f"{name}.md").write_text(f"# CPU attribution ({name})\n\n{text}\n", "utf-8")
