@@ -169,12 +169,12 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             args.cache_dir,
             log=say,
         )
-    work = Path(tempfile.mkdtemp(prefix="bench-attribution-"))
     truth = sorted(
         rid for rid, row in gen.truth().items() if args.family in (None, row.get("family"))
     )
     if not truth:
         raise SystemExit(f"attribution: no record of family {args.family!r} in {gen.truth_path}")
+    work = Path(tempfile.mkdtemp(prefix="bench-attribution-"))
     step = max(1, len(truth) // args.records)
     spec_path = gen_mod.subset(
         gen,
