@@ -274,6 +274,9 @@ def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny)
     args = attribution.parse_args(["--records", "12", "--rounds", "2", "--family", family])
     results = attribution.run(args, gen=tiny)
     assert results["family"] == family
+    crawled = tiny.root / "subsets" / f"attribution12-{family}" / "truth.jsonl"
+    families = {row["family"] for row in gen_mod.read_truth(crawled).values()}
+    assert families == {family}
     assert f"of the family {family}" in attribution.markdown(results)
     runs = results["runs"]
     assert runs["product_plain"]["pages"] > 0
