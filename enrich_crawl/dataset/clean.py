@@ -24,7 +24,7 @@ from enrich_crawl.dataset.read import is_object_array, object_values
 from enrich_crawl.dataset.reference import is_stale
 from enrich_crawl.dataset.spec import DatasetSpec
 from enrich_crawl.staging import dumps
-from enrich_crawl.urls import split_url_cell
+from enrich_crawl.urls import LIST_PUNCTUATION, URL_START, split_url_cell
 
 STRING = pa.string()
 _EPOCH = dt.date(1970, 1, 1)
@@ -214,8 +214,14 @@ class ChunkCleaner:
             if column is None:
                 continue
             if column.kind == "text":
-                lists = pc.split_pattern_regex(column.cleaned, pattern="[ ,;]+")
-                flat = pc.list_flatten(lists)
+                # SPEC section 2, as urls.split_url_cell: a `,`/`;` run before the next URL
+                # becomes a space, pieces split on spaces (cleaned cells hold single spaces) and
+                # lose the list punctuation at their ends; commas inside a URL stay
+                separated = pc.replace_substring_regex(
+                    column.cleaned, pattern=f"[,;]+ ?({URL_START})", replacement=r" \1"
+                )
+                lists = pc.split_pattern(separated, pattern=" ")
+                flat = pc.utf8_trim(pc.list_flatten(lists), LIST_PUNCTUATION)
                 owner = pc.list_parent_indices(lists).to_numpy()
                 keep = vec.as_numpy_bool(pc.not_equal(flat, ""))
                 parents.append(owner[keep])
