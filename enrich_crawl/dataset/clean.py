@@ -216,12 +216,22 @@ class ChunkCleaner:
             if column.kind == "text":
                 # SPEC section 2, as urls.split_url_cell: a `,`/`;` run before the next URL
                 # becomes a space, pieces split on spaces (cleaned cells hold single spaces) and
-                # lose the list punctuation at their ends; commas inside a URL stay
-                separated = pc.replace_substring_regex(
-                    column.cleaned, pattern=f"[,;]+ ?({URL_START})", replacement=r" \1"
+                # lose the list punctuation at their ends; commas inside a URL stay. Only the
+                # cells holding a `,` or `;` need more than the split.
+                cells = column.cleaned
+                punct = pc.fill_null(
+                    pc.or_(pc.match_substring(cells, ","), pc.match_substring(cells, ";")), False
                 )
-                lists = pc.split_pattern(separated, pattern=" ")
-                flat = pc.utf8_trim(pc.list_flatten(lists), LIST_PUNCTUATION)
+                has_punct = pc.any(punct).as_py()
+                if has_punct:
+                    separated = pc.replace_substring_regex(
+                        cells.filter(punct), pattern=f"[,;]+ ?({URL_START})", replacement=r" \1"
+                    )
+                    cells = pc.replace_with_mask(cells, punct, separated)
+                lists = pc.split_pattern(cells, pattern=" ")
+                flat = pc.list_flatten(lists)
+                if has_punct:
+                    flat = pc.utf8_trim(flat, LIST_PUNCTUATION)
                 owner = pc.list_parent_indices(lists).to_numpy()
                 keep = vec.as_numpy_bool(pc.not_equal(flat, ""))
                 parents.append(owner[keep])
