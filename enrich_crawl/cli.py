@@ -1,4 +1,4 @@
-"""The `enrich-crawl` console script (SPEC section 4).
+"""The `enrich-crawl` console script (README.md, docs/mappings.md, docs/results.md).
 
 enrich-crawl demo                                   the main job on the bundled demo
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
@@ -196,7 +196,7 @@ def _guess_content_type(path: Path) -> str:
 
 
 def cmd_mapping_test(args: argparse.Namespace) -> int:
-    """Run mappings on one page and print {"mappings", "fields", "links"} (SPEC section 4)."""
+    """Run mappings on one page and print {"mappings", "fields", "links"}."""
     from enrich_crawl.extract.mapping import MappingLoadError, MappingSet, try_mappings
     from enrich_crawl.extract.page import Page
     from enrich_crawl.urls import fragment_of, without_fragment

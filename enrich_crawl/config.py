@@ -1,6 +1,6 @@
 """Every environment variable and crawl default of enrich_crawl, parsed in one place.
 
-SPEC section 5 lists the public variables; the crawl defaults can be overridden per dataset
+docs/configuration.md lists the public variables; the crawl defaults can be overridden per dataset
 (`crawl:` in the dataset spec). Nothing here imports Dagster or Scrapy.
 """
 
@@ -110,7 +110,7 @@ def work_dir() -> Path:
 
 @dataclass(frozen=True)
 class CrawlConfig:
-    """Crawl defaults (SPEC section 5), overridable per dataset with its `crawl:` section.
+    """Crawl defaults (docs/configuration.md), overridable per dataset with its `crawl:` section.
 
     README "Crawling and politeness" documents every key; enrich_crawl.crawl.settings turns them
     into Scrapy settings.

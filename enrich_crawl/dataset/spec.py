@@ -1,4 +1,4 @@
-"""The dataset spec (SPEC section 2): a YAML file beside the table it describes."""
+"""The dataset spec (docs/datasets.md): a YAML file beside the table it describes."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class StaleRule:
-    """Fields are outdated when `column` (a date) is older than `days` (optional, SPEC extension)."""
+    """Fields are outdated when `column` (a date) is older than `days` (optional)."""
 
     column: str
     days: float
@@ -122,7 +122,7 @@ FORMAT_OPTIONS = {
 
 
 def _format_options(path: Path, fmt: Any) -> dict[str, Any]:
-    """`format:` (an extension of SPEC section 2): how to read the table."""
+    """`format:` (an optional key of the spec): how to read the table."""
     if not isinstance(fmt, dict):
         raise _fail(path, "format", "expected a mapping (delimiter, quote_char, encoding, ...)")
     for key, value in fmt.items():

@@ -1,4 +1,4 @@
-"""Mappings: load, validate and compile `mappings/*.json`, and run them on pages (SPEC section 3).
+"""Mappings: load, validate and compile `mappings/*.json`, and run them on pages (docs/mappings.md).
 
 Loading is strict and complete: a mapping is checked against the JSON Schema
 (`mappings/mapping.schema.json`, generated from the processor registry), then compiled (regexes,

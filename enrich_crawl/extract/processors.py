@@ -1,4 +1,5 @@
-"""The processor registry of the mapping language (SPEC section 3).
+"""The processor registry of the mapping language (docs/mappings.md, whose processor reference
+is generated from it by `enrich_crawl.extract.reference`).
 
 A processor is compiled once, at mapping load time, from its `parameters` into a function
 `(values, ctx) -> values` over a list. Parameters are checked against the processor's JSON Schema
