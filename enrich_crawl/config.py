@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from enrich_crawl.suggest import did_you_mean
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
 
@@ -112,7 +114,7 @@ def work_dir() -> Path:
 class CrawlConfig:
     """Crawl defaults (docs/configuration.md), overridable per dataset with its `crawl:` section.
 
-    README "Crawling and politeness" documents every key; enrich_crawl.crawl.settings turns them
+    docs/configuration.md documents every key; enrich_crawl.crawl.settings turns them
     into Scrapy settings.
     """
 
@@ -169,7 +171,10 @@ class CrawlConfig:
         values: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in known:
-                raise ValueError(f"{where}.{key}: unknown crawl setting (known: {sorted(known)})")
+                raise ValueError(
+                    f"{where}.{key}: unknown crawl setting (known: {', '.join(sorted(known))})"
+                    + did_you_mean(key, known)
+                )
             default = known[key].default
             try:
                 if isinstance(default, bool):

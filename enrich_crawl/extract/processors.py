@@ -382,6 +382,20 @@ def _check_xpath_names(expression: str, namespaces: dict[str, str] | None) -> st
     return None
 
 
+def _xpath_error_position(exc: lxml.etree.XPathSyntaxError, expression: str) -> str:
+    """Where libxml2 stopped reading the expression (its error log has the 0-based offset), so
+    "Invalid predicate" comes with the spot to look at."""
+    columns = [entry.column for entry in exc.error_log if entry.domain_name == "XPATH"]
+    if not columns or columns[-1] < 0:
+        return ""
+    column = columns[-1]
+    if column >= len(expression):
+        return " at the end of the expression (an unclosed bracket, parenthesis or quote?)"
+    if column == 0:
+        return " at character 1"
+    return f" at character {column + 1}, after {expression[:column]!r}"
+
+
 def _compile_xpath(
     expression: str, where: str, namespaces: dict[str, str] | None = None, *, what: str = "XPath"
 ) -> lxml.etree.XPath:
@@ -392,7 +406,9 @@ def _compile_xpath(
     try:
         xpath = lxml.etree.XPath(expression, smart_strings=False, namespaces=namespaces)
     except lxml.etree.XPathSyntaxError as exc:
-        raise MappingError(where, f"invalid {what} {expression!r}: {exc}") from exc
+        raise MappingError(
+            where, f"invalid {what} {expression!r}: {exc}{_xpath_error_position(exc, expression)}"
+        ) from exc
     problem = _check_xpath_names(expression, namespaces)
     if problem:
         raise MappingError(where, f"invalid {what} {expression!r}: {problem}")
