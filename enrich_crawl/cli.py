@@ -77,7 +77,8 @@ def _run(
     if demo and outcome.success:
         sys.stdout.write(
             "  try              enrich-crawl mapping test mappings/demo_directory.json --url "
-            "http://directory.example/orgs.html#org-ORG-012 (needs the demo web: see README)\n"
+            "http://directory.example/orgs.html#org-ORG-012 "
+            "(needs the demo web: see enrich_crawl/demo/README.md)\n"
         )
     return 0 if outcome.success else 1
 
