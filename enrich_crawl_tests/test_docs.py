@@ -1,5 +1,5 @@
-"""The documentation holds together: every relative link in README.md and docs/ resolves (file and
-#anchor), the README stays short, the processor reference in docs/mappings.md is what the processor
+"""The documentation holds together: every relative link in README.md, docs/ and the other Markdown
+files resolves (file and #anchor), the README stays short, the processor reference in docs/mappings.md is what the processor
 registry says, and nothing in the repository points at files outside it."""
 
 from __future__ import annotations
@@ -32,7 +32,18 @@ _HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
 
 def markdown_files() -> list[Path]:
-    return [REPO / "README.md", REPO / "DEVELOPERS.md", *sorted((REPO / "docs").glob("*.md"))]
+    """README.md, docs/*.md and every other Markdown file of the repository (bench reports, the
+    demo's README, ...): git's list, so that files about to be committed are included too."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    files = {REPO / name for name in listed if name and (REPO / name).is_file()}
+    files |= {REPO / "README.md", *(REPO / "docs").glob("*.md")}
+    return sorted(files)
 
 
 def _prose_lines(text: str):
