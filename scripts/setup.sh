@@ -46,22 +46,21 @@ apt_install() {
 
 # -- 1. system packages ---------------------------------------------------------------------------
 SYSTEM_PYTHON="${PYTHON:-python3}"
-if ! command -v "$SYSTEM_PYTHON" >/dev/null 2>&1; then
-  echo "setup: $SYSTEM_PYTHON not found: install Python 3.10 or newer" >&2
-  exit 1
-fi
-if ! "$SYSTEM_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
-  echo "setup: $SYSTEM_PYTHON is $("$SYSTEM_PYTHON" -V 2>&1); enrich_crawl needs 3.10 or newer" >&2
-  exit 1
-fi
 need=()
+if [ -z "${VIRTUAL_ENV:-}" ] && ! command -v "$SYSTEM_PYTHON" >/dev/null 2>&1; then
+  if [ "$SYSTEM_PYTHON" != "python3" ]; then
+    echo "setup: $SYSTEM_PYTHON not found" >&2
+    exit 1
+  fi
+  need+=(python3 python3-venv)
+fi
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || need+=(chromium)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
   || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-if [ -z "${VIRTUAL_ENV:-}" ] && [ ! -e .venv ] \
+if [ -z "${VIRTUAL_ENV:-}" ] && [ ! -e .venv ] && command -v "$SYSTEM_PYTHON" >/dev/null 2>&1 \
   && ! "$SYSTEM_PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
-  need+=("python3-venv")   # Debian's python3 creates no venv without it
+  need+=(python3-venv)   # Debian's python3 creates no venv without it
 fi
 if [ ${#need[@]} -gt 0 ]; then
   say "installing system packages: ${need[*]} (a few minutes; log: .setup.log)"
@@ -69,6 +68,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # -- 2. the virtual environment -------------------------------------------------------------------
+if [ -z "${VIRTUAL_ENV:-}" ] && [ ! -x .venv/bin/python ] \
+  && ! "$SYSTEM_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "setup: $SYSTEM_PYTHON is $("$SYSTEM_PYTHON" -V 2>&1); enrich_crawl needs 3.10 or newer" >&2
+  exit 1
+fi
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   VENV="$VIRTUAL_ENV"
   if [ -L .venv ] || [ ! -e .venv ]; then
