@@ -29,8 +29,12 @@ KINDS = {
 
 
 def _cell(text: str) -> str:
-    """Text safe inside one Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Text safe inside one Markdown table cell: one line, `|` escaped, and outside code spans
+    `<` escaped (`\\g<name>` would otherwise be read as an HTML tag and vanish)."""
+    parts = " ".join(text.split()).split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside code spans
+        parts[i] = parts[i].replace("<", "&lt;")
+    return "`".join(parts).replace("|", "\\|")
 
 
 def _param_type(schema: dict[str, Any]) -> str:
