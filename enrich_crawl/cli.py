@@ -75,8 +75,11 @@ def _run(
         results = f"MongoDB not reachable: {exc}"
     print_summary(outcome, sys.stdout, status=status, results=results)
     if demo and outcome.success:
+        from enrich_crawl.console import command
+
         sys.stdout.write(
-            "  try              enrich-crawl mapping test mappings/demo_directory.json --url "
+            f"  try              {command('enrich-crawl')} mapping test "
+            "mappings/demo_directory.json --url "
             "http://directory.example/orgs.html#org-ORG-012 "
             "(needs the demo web: see enrich_crawl/demo/README.md)\n"
         )

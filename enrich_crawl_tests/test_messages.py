@@ -207,3 +207,26 @@ def test_mapping_test_names_the_ids_near_a_fragment_that_is_not_on_the_page(tmp_
     assert output["fields"] == {}
     assert "the id 'zzz' ($fragment); 2 ids on the page, e.g. module-json, module-pickle" in notes
     assert "the record id 'R-77' ($id) does not occur in the page's text" in notes
+
+
+def test_a_printed_command_works_when_pasted_with_or_without_the_venv_on_path(
+    monkeypatch, tmp_path
+):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from enrich_crawl.console import command
+
+    bindir = Path(sys.executable).parent
+    assert (bindir / "dagster").is_file()  # installed beside this Python, as setup.sh does
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
+    assert command("dagster") == "dagster"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # a venv that is not activated
+    monkeypatch.chdir(tmp_path)
+    spelled = command("dagster")
+    assert spelled != "dagster"
+    ran = subprocess.run([spelled, "--version"], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and "dagster" in ran.stdout.lower()
+    assert command("no-such-command-here") == "no-such-command-here"
