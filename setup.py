@@ -45,7 +45,7 @@ setup(
         "nx-27017>=0.8",
     ],
     extras_require={
-        # Redis is the broker of the documented several-machines set-up (README)
+        # Redis is the broker of the documented several-machines set-up (docs/operations.md)
         "celery": [f"dagster-celery=={DAGSTER_LIBS}", "redis>=5"],
         "dev": [
             "pytest>=8",
