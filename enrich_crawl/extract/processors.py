@@ -406,9 +406,9 @@ def _compile_xpath(
     try:
         xpath = lxml.etree.XPath(expression, smart_strings=False, namespaces=namespaces)
     except lxml.etree.XPathSyntaxError as exc:
-        raise MappingError(
-            where, f"invalid {what} {expression!r}: {exc}{_xpath_error_position(exc, expression)}"
-        ) from exc
+        # the position is only meaningful in an expression the user wrote (not a translated CSS)
+        position = _xpath_error_position(exc, expression) if what == "XPath" else ""
+        raise MappingError(where, f"invalid {what} {expression!r}: {exc}{position}") from exc
     problem = _check_xpath_names(expression, namespaces)
     if problem:
         raise MappingError(where, f"invalid {what} {expression!r}: {problem}")
