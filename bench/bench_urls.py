@@ -11,7 +11,7 @@ Cases, interleaved round by round (the machine is shared; the median over rounds
   vectorised fast shape, the Python rule for the rest), with the old rule vs the new one.
 - `links`: links of pages resolved against their page (`urljoin` + old normaliser vs
   `resolve_link`), on a mix of relative, absolute, fragment and query links (caches cleared).
-- `split`: URL cells split (`split_url_cell`: on every `,`/`;` before, per SPEC section 2 now).
+- `split`: URL cells split (`split_url_cell`: on every `,`/`;` before, only before a URL now).
 
 Also reported, not timed: each normaliser against the WPT URL test data's http(s) cases
 (enrich_crawl_tests/fixtures/wpt_url_http.json): invalid URLs accepted, valid URLs made into

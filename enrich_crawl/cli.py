@@ -1,4 +1,4 @@
-"""The `enrich-crawl` console script (SPEC section 4).
+"""The `enrich-crawl` console script (README.md, docs/mappings.md, docs/results.md).
 
 enrich-crawl demo                                   the main job on the bundled demo
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
@@ -75,9 +75,13 @@ def _run(
         results = f"MongoDB not reachable: {exc}"
     print_summary(outcome, sys.stdout, status=status, results=results)
     if demo and outcome.success:
+        from enrich_crawl.console import command
+
         sys.stdout.write(
-            "  try              enrich-crawl mapping test mappings/demo_directory.json --url "
-            "http://directory.example/orgs.html#org-ORG-012 (needs the demo web: see README)\n"
+            f"  try              {command('enrich-crawl')} mapping test "
+            "mappings/demo_directory.json --url "
+            "http://directory.example/orgs.html#org-ORG-012 "
+            "(needs the demo web: see enrich_crawl/demo/README.md)\n"
         )
     return 0 if outcome.success else 1
 
@@ -195,8 +199,34 @@ def _guess_content_type(path: Path) -> str:
     return "text/html"
 
 
+def _not_on_page_hints(page, fragment: str, record_id: str) -> list[str]:
+    """Why a page may have given no field: the fragment names no element of the page (the usual
+    cause when mappings select `//*[@id=$fragment]`), or the record id is nowhere in its text."""
+    import difflib
+
+    hints = []
+    tree = page.tree
+    if fragment and tree is not None and page.kind == "html":
+        ids = [str(v) for v in tree.xpath("//@id | //a/@name")]
+        if fragment not in ids:
+            near = difflib.get_close_matches(fragment, ids, n=5, cutoff=0.6)
+            if not near:
+                lowered = fragment.lower()
+                near = [i for i in ids if lowered in i.lower() or i.lower() in lowered][:5]
+            if near:
+                listed = f"ids nearby: {', '.join(near)}"
+            elif ids:
+                listed = f"{len(ids)} ids on the page, e.g. {', '.join(ids[:5])}"
+            else:
+                listed = "the page has no id at all"
+            hints.append(f"no element of the page has the id {fragment!r} ($fragment); {listed}")
+    if record_id and record_id not in page.text:
+        hints.append(f"the record id {record_id!r} ($id) does not occur in the page's text")
+    return hints
+
+
 def cmd_mapping_test(args: argparse.Namespace) -> int:
-    """Run mappings on one page and print {"mappings", "fields", "links"} (SPEC section 4)."""
+    """Run mappings on one page and print {"mappings", "fields", "links"}."""
     from enrich_crawl.extract.mapping import MappingLoadError, MappingSet, try_mappings
     from enrich_crawl.extract.page import Page
     from enrich_crawl.urls import fragment_of, without_fragment
@@ -255,6 +285,9 @@ def cmd_mapping_test(args: argparse.Namespace) -> int:
     )
     for error in errors:
         sys.stderr.write(f"error: {error}\n")
+    if output["mappings"] and not output["fields"]:
+        for hint in _not_on_page_hints(page, fragment, args.id or ""):
+            sys.stderr.write(f"note: {hint}\n")
     if not output["mappings"]:
         match_url = final + (f"#{fragment}" if fragment else "")
         sys.stderr.write(

@@ -23,7 +23,7 @@ from enrich_crawl.staging import DatasetStage, read_jsonl
 LOCAL_HOME = ".dagster_home"
 LOCAL_INSTANCE_YAML = """\
 # Local instance created by enrich-crawl (SQLite storage under this folder).
-# For production use the repository's dagster.yaml (PostgreSQL), see README.md.
+# For production use the repository's dagster.yaml (PostgreSQL), see docs/operations.md.
 telemetry:
   enabled: false
 python_logs:

@@ -8,8 +8,8 @@ of `page_key`, never what is fetched. On top of the standard, the product's own 
 unsupported schemes, credentials and host names no DNS lookup can resolve; private addresses are
 refused at fetch time (`enrich_crawl.crawl.policy`), with `private_ip` from here.
 
-Reasons returned here use the vocabulary of SPEC section 6 (`invalid_url`, ...), followed by a short
-explanation after a colon.
+Reasons returned here use the reasons of a result document's `errors` (`invalid_url`, ...),
+followed by a short explanation after a colon.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from w3lib.url import canonicalize_url, safe_url_string
 
 # -- URL cells -------------------------------------------------------------------------------------
 
-# what starts the next URL after a `,` or `;` (SPEC section 2): a scheme and `//`, or `www.`
+# what starts the next URL after a `,` or `;` in a URL cell: a scheme and `//`, or `www.`
 URL_START = r"[A-Za-z][A-Za-z0-9+.-]*://|[Ww][Ww][Ww]\."
 _CELL_SEPARATOR = re.compile(rf"\s+|[,;]+(?=\s*(?:{URL_START}))")
 # a `,` or `;` at either end of a piece is list punctuation, never part of the URL
@@ -33,10 +33,10 @@ LIST_PUNCTUATION = ",;"
 
 
 def split_url_cell(cell: object) -> list[str]:
-    """The URLs of a cell (SPEC section 2): separated by whitespace, or by `,`/`;` directly followed
-    by the next URL (optional whitespace, then `scheme://` or `www.`). A comma or semicolon inside
-    a URL belongs to it (`/article/0,8599,2011497,00.html`, `/item;jsessionid=A1B2`); one at either
-    end of a piece is list punctuation (`a.com/x, b.com/y`) and is dropped.
+    """The URLs of a cell: separated by whitespace, or by `,`/`;` directly followed by the next
+    URL (optional whitespace, then `scheme://` or `www.`). A comma or semicolon inside a URL
+    belongs to it (`/article/0,8599,2011497,00.html`, `/item;jsessionid=A1B2`); one at either end
+    of a piece is list punctuation (`a.com/x, b.com/y`) and is dropped.
 
     `enrich_crawl.dataset.clean` does the same on whole columns with Arrow; the tests hold them equal.
     """

@@ -334,9 +334,9 @@ URL_CELLS = [
 ]
 
 
-def test_url_cells_split_as_the_spec_says_and_as_the_reference_does(tmp_path):
-    """SPEC section 2 on real-world URLs (0,8599,...,00.html; ;jsessionid=), through the Arrow
-    loader and the row-at-a-time reference alike."""
+def test_url_cells_split_on_separators_only_and_as_the_reference_does(tmp_path):
+    """How a URL cell splits, on real-world URLs (0,8599,...,00.html; ;jsessionid=), through the
+    Arrow loader and the row-at-a-time reference alike."""
     lines = ["id,url,city"]
     for number, (cell, _) in enumerate(URL_CELLS, start=1):
         lines.append(f'{number},"{cell}",x')

@@ -214,7 +214,7 @@ class ChunkCleaner:
             if column is None:
                 continue
             if column.kind == "text":
-                # SPEC section 2, as urls.split_url_cell: a `,`/`;` run before the next URL
+                # as urls.split_url_cell: a `,`/`;` run before the next URL
                 # becomes a space, pieces split on spaces (cleaned cells hold single spaces) and
                 # lose the list punctuation at their ends; commas inside a URL stay. Only the
                 # cells holding a `,` or `;` need more than the split.
