@@ -38,7 +38,8 @@ def split_url_cell(cell: object) -> list[str]:
     belongs to it (`/article/0,8599,2011497,00.html`, `/item;jsessionid=A1B2`); one at either end
     of a piece is list punctuation (`a.com/x, b.com/y`) and is dropped.
 
-    `enrich_crawl.dataset.clean` does the same on whole columns with Arrow; the tests hold them equal.
+    `enrich_crawl.dataset.clean` does the same on whole columns with Arrow; the tests hold them
+    equal.
     """
     if cell is None:
         return []
@@ -189,7 +190,7 @@ def resolve_link(base: str, href: str) -> tuple[str | None, str | None]:
 
 
 def join_url(base: str, href: str) -> str | None:
-    """`href` resolved against `base` as a browser does (any scheme), or None when it is not a URL."""
+    """`href` resolved against `base` as a browser does (any scheme); None when not a URL."""
     try:
         return URL(_prepare(href), base).href
     except ValueError:

