@@ -1,0 +1,235 @@
+"""Crash recovery of whole runs (enrich_crawl/recovery.py): a run killed with its process group
+is found dead and closed by the next run, which completes without a hand; a run that waits for
+pool slots held by a live run says who holds them and costs next to no CPU.
+
+Celery workers lost mid-step: test_celery_recovery.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import psutil
+import pymongo
+import pytest
+
+from enrich_crawl.recovery import HOST_TAG, PID_TAG, why_dead
+from enrich_crawl.testing.politeweb import build_polite_dataset
+from enrich_crawl.testing.processes import alive, crawl_workers
+from enrich_crawl.testing.web import read_log
+from enrich_crawl_tests.conftest import product_env, start_cli_run
+
+FLUSH_MARGIN = 5.0  # seconds: pages are persisted in batches every 0.5 s (a loaded machine lags)
+RUN_BOUND = 300.0
+
+
+def _home(tmp_path: Path, pool_limit: int) -> Path:
+    """A local instance whose crawl pool has `pool_limit` slots: a dead run holding them all
+    blocks every later run, as in the field."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        "telemetry:\n  enabled: false\n"
+        f"concurrency:\n  pools:\n    default_limit: {pool_limit}\n",
+        encoding="utf-8",
+    )
+    return home
+
+
+def _env(mongo_server, db: str, home: Path, work: Path, **extra: str) -> dict[str, str]:
+    return product_env(
+        MONGODB_URI=mongo_server.uri,
+        MONGODB_DB=db,
+        DAGSTER_HOME=str(home),
+        ENRICH_WORK_DIR=str(work),
+        ENRICH_SHARDS="2",
+        **extra,
+    )
+
+
+def _pages(log: list[dict]) -> list[dict]:
+    return [e for e in log if e.get("status") == 200 and e["path"].startswith("/rec-")]
+
+
+def _wait_until(what: str, predicate, cli: subprocess.Popen, timeout: float = 240.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert cli.poll() is None, f"the run ended before {what}: {cli.communicate()[0][-3000:]}"
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _kill_group(cli: subprocess.Popen) -> None:
+    if cli.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cli.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        cli.wait(timeout=30)
+
+
+def _cleanup(name: str, cli: subprocess.Popen) -> None:
+    for worker in crawl_workers():
+        if worker.dataset == name:
+            for process in worker.tree():
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+    _kill_group(cli)
+
+
+def _finish(cli: subprocess.Popen, timeout: float = RUN_BOUND) -> str:
+    try:
+        out, _ = cli.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _kill_group(cli)
+        raise AssertionError(f"the run hung: {str(exc)[-3000:]}") from None
+    return out
+
+
+def test_why_dead_judges_pid_and_heartbeat():
+    import socket
+
+    me = socket.gethostname()
+    assert why_dead({}) is None  # a run that never said where it runs is not judged
+    assert why_dead({HOST_TAG: me, PID_TAG: str(os.getpid())}) is None
+    child = subprocess.Popen(["true"])
+    child.wait()
+    reason = why_dead({HOST_TAG: me, PID_TAG: str(child.pid)})
+    assert reason and f"pid {child.pid}" in reason and "gone" in reason
+    now = time.time()
+    remote = {HOST_TAG: "elsewhere", PID_TAG: "12", "enrich_crawl/run_heartbeat": f"{now - 30}"}
+    assert why_dead(remote, now) is None
+    remote["enrich_crawl/run_heartbeat"] = f"{now - 3600}"
+    assert "no heartbeat for 3600 s" in (why_dead(remote, now) or "")
+
+
+def test_a_run_killed_with_its_process_group_is_closed_and_the_rerun_completes(
+    tmp_path, mongo_server, mongo_db_name
+):
+    name = f"dead_{uuid.uuid4().hex[:6]}"
+    built = build_polite_dataset(
+        tmp_path / "polite", shards=2, records_per_host=16, crawl_delay=0.3, name=name
+    )
+    home = _home(tmp_path, pool_limit=2)  # the killed run holds every slot
+    work = tmp_path / "work"
+    env = _env(mongo_server, mongo_db_name, home, work)
+    s00_log = work / name / "crawl" / "s00" / "web-requests.jsonl"
+
+    cli = start_cli_run(built, env)
+    try:
+
+        def crawling():
+            fetched = _pages(read_log(s00_log)) if s00_log.exists() else []
+            return len(fetched) >= 6
+
+        _wait_until("the crawl of s00 fetched 6 pages", crawling, cli)
+        workers = [w for w in crawl_workers() if w.dataset == name]
+        assert workers
+        trees = [p for w in workers for p in w.tree()]
+        killed_at = time.time()
+        os.killpg(cli.pid, signal.SIGKILL)  # the whole `enrich-crawl run`, as an OOM kill would
+        cli.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and alive(trees):
+            time.sleep(0.2)
+        assert not alive(trees), "crawl processes outlived the killed run"
+    finally:
+        _cleanup(name, cli)
+    first = _pages(read_log(s00_log))
+    early = {e["path"] for e in first if e["t"] < killed_at - FLUSH_MARGIN}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (killed,) = instance.get_runs(limit=1)
+        # the state the issue found: the dead run still STARTED, holding the crawl pool
+        assert killed.status == dg.DagsterRunStatus.STARTED
+        held = instance.event_log_storage.get_concurrency_info("crawl").claimed_slots
+        assert {s.run_id for s in held} == {killed.run_id}
+
+    rerun = start_cli_run(built, env)
+    try:
+        out = _finish(rerun)
+    finally:
+        _cleanup(name, rerun)
+    assert rerun.returncode == 0, out[-4000:]
+    assert f"closed run {killed.run_id}" in out and "is gone" in out, out[:3000]
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        closed = instance.get_run_by_id(killed.run_id)
+        assert closed.status == dg.DagsterRunStatus.FAILURE
+        failure = [
+            e
+            for e in instance.all_logs(killed.run_id)
+            if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"
+        ]
+        assert failure and "is gone" in failure[-1].message, failure
+        assert not instance.event_log_storage.get_concurrency_info("crawl").claimed_slots
+    # what was fetched before the kill (and persisted) is not fetched again
+    second = {e["path"] for e in _pages(read_log(s00_log))}
+    assert not (early & second), sorted(early & second)
+    client = pymongo.MongoClient(mongo_server.uri, serverSelectionTimeoutMS=5000)
+    try:
+        ids = [d["_id"] for d in client[mongo_db_name][name].find({}, {"_id": 1})]
+    finally:
+        client.close()
+    assert len(ids) == len(set(ids)) == built.records
+
+
+@pytest.mark.slow
+def test_a_run_waiting_for_the_pool_names_the_holder_and_sleeps(
+    tmp_path, mongo_server, mongo_db_name
+):
+    home = _home(tmp_path, pool_limit=1)
+    work = tmp_path / "work"
+    holder_name = f"hold_{uuid.uuid4().hex[:6]}"
+    waiter_name = f"wait_{uuid.uuid4().hex[:6]}"
+    holder = build_polite_dataset(
+        tmp_path / "holder", shards=1, records_per_host=60, crawl_delay=1.0, name=holder_name
+    )
+    waiter = build_polite_dataset(
+        tmp_path / "waiter", shards=1, records_per_host=4, crawl_delay=0.1, name=waiter_name
+    )
+    env = _env(mongo_server, mongo_db_name, home, work, ENRICH_SHARDS="1")
+    first = start_cli_run(holder, env)
+    second = None
+    try:
+        log = work / holder_name / "crawl" / "s00" / "web-requests.jsonl"
+        _wait_until("the holder crawls", lambda: log.exists() and _pages(read_log(log)), first)
+        second = start_cli_run(waiter, env)
+
+        def waiting() -> bool:
+            second._out.seek(0)
+            return b"waiting for the crawl pool" in second._out.read()
+
+        _wait_until("the second run reports its wait", waiting, second, timeout=120)
+        tree = [psutil.Process(second.pid), *psutil.Process(second.pid).children(recursive=True)]
+
+        def cpu() -> float:
+            total = 0.0
+            for process in tree:
+                with contextlib.suppress(psutil.Error):
+                    times = process.cpu_times()
+                    total += times.user + times.system
+            return total
+
+        before = cpu()
+        time.sleep(30)
+        used = cpu() - before
+        assert first.poll() is None and second.poll() is None
+        second._out.seek(0)
+        text = second._out.read().decode("utf-8", "replace")
+    finally:
+        _cleanup(holder_name, first)
+        if second is not None:
+            _cleanup(waiter_name, second)
+    assert used < 0.02 * 30, f"the waiting run used {used:.2f} s of CPU in 30 s"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"enrich_crawl/dataset": holder_name}))
+    assert f"1 of 1 slots held: 1 by run {runs[0].run_id[:8]}, started" in text, text[-2000:]
