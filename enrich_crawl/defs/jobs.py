@@ -98,9 +98,9 @@ def _executor():
 def _base_executor():
     kind = os.environ.get("ENRICH_EXECUTOR", "multiprocess").strip().lower()
     if kind == "celery":
-        from dagster_celery import celery_executor
+        from enrich_crawl.defs.celery_recovery import recovering_celery_executor
 
-        return celery_executor
+        return recovering_celery_executor
     if kind == "in_process":
         return dg.in_process_executor
     if kind != "multiprocess":
