@@ -233,3 +233,47 @@ def test_a_run_waiting_for_the_pool_names_the_holder_and_sleeps(
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={"enrich_crawl/dataset": holder_name}))
     assert f"1 of 1 slots held: 1 by run {runs[0].run_id[:8]}, started" in text, text[-2000:]
+
+
+def test_a_stale_attempt_never_takes_a_shard_from_a_newer_one(tmp_path):
+    from enrich_crawl.staging import StaleAttempt, claim_shard, shard_owner
+
+    live = {"r1", "r2"}
+    shard = tmp_path / "crawl" / "s01"
+    claim_shard(shard, "r1", 0, live.__contains__, node="a")
+    claim_shard(shard, "r1", 1, live.__contains__, node="b")  # a retry takes over
+    with pytest.raises(StaleAttempt, match="already owns"):
+        claim_shard(shard, "r1", 0, live.__contains__)  # the first attempt, redelivered
+    with pytest.raises(StaleAttempt, match="already owns"):
+        claim_shard(shard, "r1", 1, live.__contains__)  # a duplicate of the same attempt
+    with pytest.raises(StaleAttempt, match="is crawling"):
+        claim_shard(shard, "r2", 0, live.__contains__)  # another live run
+    live.discard("r1")
+    claim_shard(shard, "r2", 0, live.__contains__)  # r1 ended: r2 takes the shard
+    with pytest.raises(StaleAttempt, match="no longer running"):
+        claim_shard(shard, "r1", 2, live.__contains__)  # a task of the ended run
+    assert shard_owner(shard)["run_id"] == "r2"
+
+
+def test_the_dead_runs_sensor_closes_a_run_whose_process_is_gone():
+    import socket
+
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from enrich_crawl.defs.sensors import dead_runs
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    with dg.instance_for_test() as instance:
+        tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(child.pid)}
+        dead = instance.add_run(
+            DagsterRun(job_name="enrich_job", status=dg.DagsterRunStatus.STARTED, tags=tags)
+        )
+        mine = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+        living = instance.add_run(
+            DagsterRun(job_name="enrich_job", status=dg.DagsterRunStatus.STARTED, tags=mine)
+        )
+        result = dead_runs(dg.build_sensor_context(instance=instance))
+        assert "1 dead run(s) closed" in str(result.skip_message)
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(living.run_id).status == dg.DagsterRunStatus.STARTED
