@@ -35,7 +35,15 @@ CRAWL_DELAY = 0.5
 RUN_BOUND = 420.0
 WORKER = [sys.executable, "-m", "enrich_crawl.cli", "worker"]
 CELERY_ARGS = ["--concurrency=1", "--without-gossip", "--without-mingle"]
-EXECUTE = [sys.executable, "-m", "dagster", "job", "execute", "-m", "enrich_crawl.definitions"]  # seconds the run may take in all (the lost worker is judged after 15 s)
+EXECUTE = [
+    sys.executable,
+    "-m",
+    "dagster",
+    "job",
+    "execute",
+    "-m",
+    "enrich_crawl.definitions",
+]  # seconds the run may take in all (the lost worker is judged after 15 s)
 
 
 def _start_worker(name: str, config: Path, env: dict, log: Path) -> subprocess.Popen:

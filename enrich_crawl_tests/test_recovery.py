@@ -36,8 +36,7 @@ def _home(tmp_path: Path, pool_limit: int) -> Path:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(
-        "telemetry:\n  enabled: false\n"
-        f"concurrency:\n  pools:\n    default_limit: {pool_limit}\n",
+        f"telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: {pool_limit}\n",
         encoding="utf-8",
     )
     return home
