@@ -21,6 +21,7 @@ import pymongo
 import pytest
 
 from enrich_crawl.recovery import HOST_TAG, PID_TAG, why_dead
+from enrich_crawl.store.embedded import embedded_mongo_status, stop_embedded_mongo
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
 from enrich_crawl.testing.web import read_log
@@ -110,9 +111,12 @@ def test_why_dead_judges_pid_and_heartbeat():
     assert "no heartbeat for 3600 s" in (why_dead(remote, now) or "")
 
 
+@pytest.mark.parametrize("mongo", ["server", "embedded"])
 def test_a_run_killed_with_its_process_group_is_closed_and_the_rerun_completes(
-    tmp_path, mongo_server, mongo_db_name
+    tmp_path, mongo_server, mongo_db_name, mongo
 ):
+    """`embedded`: MONGODB_URI unset, the CLI's own server (detached) outlives the kill and the
+    re-run uses it again."""
     name = f"dead_{uuid.uuid4().hex[:6]}"
     built = build_polite_dataset(
         tmp_path / "polite", shards=2, records_per_host=16, crawl_delay=0.3, name=name
@@ -120,8 +124,18 @@ def test_a_run_killed_with_its_process_group_is_closed_and_the_rerun_completes(
     home = _home(tmp_path, pool_limit=2)  # the killed run holds every slot
     work = tmp_path / "work"
     env = _env(mongo_server, mongo_db_name, home, work)
+    if mongo == "embedded":
+        del env["MONGODB_URI"]
     s00_log = work / name / "crawl" / "s00" / "web-requests.jsonl"
 
+    try:
+        _kill_and_rerun(built, env, home, work, name, s00_log, mongo_server, mongo_db_name, mongo)
+    finally:
+        if mongo == "embedded":
+            stop_embedded_mongo(work / "mongo")
+
+
+def _kill_and_rerun(built, env, home, work, name, s00_log, mongo_server, mongo_db_name, mongo):
     cli = start_cli_run(built, env)
     try:
 
@@ -172,7 +186,12 @@ def test_a_run_killed_with_its_process_group_is_closed_and_the_rerun_completes(
     # what was fetched before the kill (and persisted) is not fetched again
     second = {e["path"] for e in _pages(read_log(s00_log))}
     assert not (early & second), sorted(early & second)
-    client = pymongo.MongoClient(mongo_server.uri, serverSelectionTimeoutMS=5000)
+    uri = mongo_server.uri
+    if mongo == "embedded":
+        status = embedded_mongo_status(work / "mongo")
+        assert status and status["responding"], "the embedded server should still be serving"
+        uri = status["uri"]
+    client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
     try:
         ids = [d["_id"] for d in client[mongo_db_name][name].find({}, {"_id": 1})]
     finally:

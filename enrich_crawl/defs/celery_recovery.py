@@ -82,7 +82,17 @@ def lost_step_retries() -> int:
 
 
 def with_worker_settings(config_source: dict | None) -> dict:
-    return {**WORKER_SETTINGS, **(config_source or {})}
+    """The executor's config_source: WORKER_SETTINGS under the user's, the transport options
+    merged with dagster-celery's (its publish retries)."""
+    from dagster_celery.config import DEFAULT_CONFIG
+
+    own = dict(config_source or {})
+    transport = {
+        **DEFAULT_CONFIG["broker_transport_options"],
+        **WORKER_SETTINGS["broker_transport_options"],
+        **(own.pop("broker_transport_options", None) or {}),
+    }
+    return {**WORKER_SETTINGS, **own, "broker_transport_options": transport}
 
 
 class RecoveringCeleryExecutor(CeleryExecutor):
