@@ -548,7 +548,8 @@ def soak_runs(soak: Soak, args: argparse.Namespace, report: dict[str, Any], out:
             f"docs={checked['documents']} lost={checked['records_lost']} "
             f"dups={checked['duplicates']} resolved={checked['resolved']} "
             f"rss tree={result['peak_rss_mb_run_tree']}MB "
-            f"crawl={result['peak_rss_mb_crawl_process']}MB",
+            f"crawl={result['peak_rss_mb_crawl_process']}MB"
+            + (f" ({'; '.join(result['notes'])})" if result["notes"] else ""),
             flush=True,
         )
         out.write_text(json.dumps(report, indent=2), encoding="utf-8")
