@@ -130,6 +130,8 @@ class _Watch:
         self.started_at: dict[str, float] = {}
         self.last_seen: dict[str, float] = {}
         self.last_ping = 0.0
+        self.waiting_since: float | None = None
+        self.warned = 0.0
 
     def note(self, step_key: str, result: Any) -> None:
         if step_key in self.worker_of:
@@ -150,6 +152,30 @@ class _Watch:
     def forget(self, step_key: str) -> None:
         self.worker_of.pop(step_key, None)
         self.started_at.pop(step_key, None)
+
+    def nobody_home(self, waiting: int) -> str | None:
+        """A warning, once per `lost_after`, while steps wait and no worker answers at all (the
+        steps would wait for ever: every worker gone, or none started)."""
+        now = time.monotonic()
+        if not waiting:
+            self.waiting_since = None
+            return None
+        if self.waiting_since is None:
+            self.waiting_since = now
+        if now - self.waiting_since < self.lost_after or now - self.warned < self.lost_after:
+            return None
+        try:
+            replies = self.app.control.ping(timeout=2.0) or []
+        except Exception:
+            replies = []
+        self.warned = time.monotonic()
+        if replies:
+            return None
+        return (
+            f"{waiting} step(s) wait for a Celery worker and no worker answers on the broker "
+            f"({now - self.waiting_since:.0f} s): start one with `enrich-crawl worker -y "
+            "<the executor's YAML>`"
+        )
 
     def lost_steps(self) -> list[tuple[str, str, float]]:
         """(step, worker, seconds silent) for steps whose worker stopped answering."""
@@ -291,6 +317,10 @@ def celery_loop_with_lost_workers(plan_context: Any, execution_plan: Any):
                     f"{step_key}"
                 )
                 yield from _lose_step(plan_context, active_execution, step_key, message, worker)
+
+            warning = watch.nobody_home(sum(k not in watch.worker_of for k in step_results))
+            if warning:
+                plan_context.log.warning(warning)
 
             yield from active_execution.plan_events_iterator(plan_context)
             if stopping or step_errors:
