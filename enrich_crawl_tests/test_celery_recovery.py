@@ -96,14 +96,13 @@ def _interval_violations(logs: list[Path], delay: float) -> list[tuple[str, floa
     return bad
 
 
-def test_a_worker_killed_mid_step_is_retried_on_the_survivor(
-    postgres_server, redis_server, mongo_server, tmp_path, monkeypatch
-):
+def _fleet_setup(tmp_path, postgres_server, redis_server, mongo_server, monkeypatch, shards: int):
+    """A dataset, a PostgreSQL-backed instance, the executor's YAML and the environment every
+    process of the fleet shares."""
     name = f"lost_{uuid.uuid4().hex[:6]}"
     built = build_polite_dataset(
-        tmp_path / "polite", shards=4, records_per_host=24, crawl_delay=CRAWL_DELAY, name=name
+        tmp_path / "polite", shards=shards, records_per_host=24, crawl_delay=CRAWL_DELAY, name=name
     )
-    db = f"lost_{uuid.uuid4().hex[:6]}"
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
@@ -113,13 +112,12 @@ def test_a_worker_killed_mid_step_is_retried_on_the_survivor(
             {"execution": {"config": {"broker": redis_server.url, "backend": redis_server.url}}}
         )
     )
-    work = tmp_path / "work"
     env = product_env(
         DAGSTER_HOME=str(home),
-        ENRICH_WORK_DIR=str(work),
+        ENRICH_WORK_DIR=str(tmp_path / "work"),
         MONGODB_URI=mongo_server.uri,
-        MONGODB_DB=db,
-        ENRICH_SHARDS="4",
+        MONGODB_DB=name,
+        ENRICH_SHARDS=str(shards),
         ENRICH_EXECUTOR="celery",
         ENRICH_DATASET=str(built.spec),
         ENRICH_MAPPINGS=str(built.mappings),
@@ -132,6 +130,25 @@ def test_a_worker_killed_mid_step_is_retried_on_the_survivor(
         monkeypatch.setenv(key, value)
     with dg.DagsterInstance.from_config(str(home)):
         pass  # the tables, once: two workers starting on a fresh database would race
+    return built, env, config, home
+
+
+def _count_documents(mongo_server, db: str, name: str) -> list:
+    client = pymongo.MongoClient(mongo_server.uri, serverSelectionTimeoutMS=5000)
+    try:
+        return [d["_id"] for d in client[db][name].find({}, {"_id": 1})]
+    finally:
+        client.close()
+
+
+def test_a_worker_killed_mid_step_is_retried_on_the_survivor(
+    postgres_server, redis_server, mongo_server, tmp_path, monkeypatch
+):
+    built, env, config, home = _fleet_setup(
+        tmp_path, postgres_server, redis_server, mongo_server, monkeypatch, shards=4
+    )
+    name = db = built.name
+    work = tmp_path / "work"
     workers: dict[str, tuple[subprocess.Popen, Path]] = {}
     run = None
     try:
@@ -184,11 +201,7 @@ def test_a_worker_killed_mid_step_is_retried_on_the_survivor(
             slots = instance.event_log_storage.get_concurrency_info("crawl").claimed_slots
             assert not [s for s in slots if s.run_id == finished.run_id], slots
 
-        client = pymongo.MongoClient(mongo_server.uri, serverSelectionTimeoutMS=5000)
-        try:
-            ids = [d["_id"] for d in client[db][name].find({}, {"_id": 1})]
-        finally:
-            client.close()
+        ids = _count_documents(mongo_server, db, name)
         assert len(ids) == len(set(ids)) == built.records
         logs = sorted((work / name / "crawl").glob("*/web-requests.jsonl"))
         assert not _interval_violations(logs, CRAWL_DELAY)
@@ -231,6 +244,61 @@ def test_a_worker_killed_mid_step_is_retried_on_the_survivor(
             _kill_group(process)
         for crawl in crawl_workers():
             if crawl.dataset == name:
+                for process in crawl.tree():
+                    with contextlib.suppress(psutil.Error):
+                        process.kill()
+
+
+def test_a_step_process_killed_under_a_living_worker_is_retried(
+    postgres_server, redis_server, mongo_server, tmp_path, monkeypatch
+):
+    """The OOM killer takes the pool process running a step; the worker itself lives on."""
+    built, env, config, _ = _fleet_setup(
+        tmp_path, postgres_server, redis_server, mongo_server, monkeypatch, shards=2
+    )
+    work = tmp_path / "work"
+    log = tmp_path / "worker.log"
+    worker = _start_worker("worker-solo", config, env, log)
+    run = None
+    try:
+        _wait_ready(log, worker)
+        run = subprocess.Popen(
+            [*EXECUTE, "-j", "enrich_job", "-c", str(config)],
+            env=env,
+            cwd=tmp_path,
+            stdout=open(tmp_path / "run.log", "wb"),  # noqa: SIM115 (closed with the process)
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 240
+        step = None
+        while step is None and time.monotonic() < deadline:
+            assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+            for crawl in crawl_workers():
+                requests = work / built.name / "crawl" / str(crawl.partition)
+                if (
+                    crawl.dataset == built.name
+                    and len(read_log(requests / "web-requests.jsonl")) >= 4
+                ):
+                    step = crawl.process.parent()
+                    break
+            time.sleep(0.3)
+        assert step is not None and step.pid != worker.pid, "no step process to kill"
+        step.kill()
+        run.wait(timeout=RUN_BOUND)
+        out = (tmp_path / "run.log").read_text(errors="replace")
+        assert run.returncode == 0, out[-4000:]
+        assert "died under its worker: Worker exited prematurely: signal 9" in out, out[-3000:]
+        assert worker.poll() is None, "the worker itself should live on"
+        ids = _count_documents(mongo_server, built.name, built.name)
+        assert len(ids) == len(set(ids)) == built.records
+    finally:
+        if run is not None and run.poll() is None:
+            _kill_group(run)
+        _kill_group(worker, signal.SIGTERM)
+        _kill_group(worker)
+        for crawl in crawl_workers():
+            if crawl.dataset == built.name:
                 for process in crawl.tree():
                     with contextlib.suppress(psutil.Error):
                         process.kill()

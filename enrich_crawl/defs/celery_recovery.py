@@ -292,7 +292,10 @@ def celery_loop_with_lost_workers(plan_context: Any, execution_plan: Any):
                     # the pool process died under the step, its worker lives on: a lost step
                     step_events = []
                     yield from _lose_step(
-                        plan_context, active_execution, step_key, f"{exc} (step {step_key})"
+                        plan_context,
+                        active_execution,
+                        step_key,
+                        f"the process running step {step_key} died under its worker: {exc}",
                     )
                 except Exception:
                     step_events = []
