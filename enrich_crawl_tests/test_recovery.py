@@ -295,3 +295,45 @@ def test_the_dead_runs_sensor_closes_a_run_whose_process_is_gone():
         assert "1 dead run(s) closed" in str(result.skip_message)
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
         assert instance.get_run_by_id(living.run_id).status == dg.DagsterRunStatus.STARTED
+
+
+def test_a_crawl_whose_attempt_is_superseded_stops_and_writes_nothing_more(
+    tmp_path, mongo_server, mongo_db_name
+):
+    """A worker cut off from its run (judged lost, its step retried elsewhere) whose crawl goes
+    on: once another attempt owns the shard's files, the crawl stops within a check interval."""
+    import json
+
+    name = f"zombie_{uuid.uuid4().hex[:6]}"
+    built = build_polite_dataset(
+        tmp_path / "polite", shards=2, records_per_host=30, crawl_delay=0.5, name=name
+    )
+    home = _home(tmp_path, pool_limit=8)
+    work = tmp_path / "work"
+    env = _env(mongo_server, mongo_db_name, home, work, ENRICH_CRAWL_RETRIES="0")
+    s00 = work / name / "crawl" / "s00"
+    cli = start_cli_run(built, env)
+    try:
+        _wait_until(
+            "the crawl of s00",
+            lambda: len(_pages(read_log(s00 / "web-requests.jsonl"))) >= 2,
+            cli,
+        )
+        (worker,) = [w for w in crawl_workers() if w.dataset == name and w.partition == "s00"]
+        tree = worker.tree()
+        # what the retry on another worker does first: it takes the shard's files
+        claim = json.loads((s00 / "claim.json").read_text())
+        taken = {**claim, "attempt": claim["attempt"] + 1, "node": "elsewhere:1"}
+        (s00 / "claim.json").write_text(json.dumps(taken))
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and alive(tree):
+            time.sleep(0.5)
+        assert not alive(tree), "the superseded crawl kept running"
+        out = _finish(cli)
+    finally:
+        _cleanup(name, cli)
+    assert cli.returncode != 0
+    assert "crawl of shard s00 stopped: attempt 1 of run" in out, out[-3000:]
+    assert "owns the shard now" in out
+    assert not (s00 / "failure.json").exists()  # nothing written over the owner's files
+    assert json.loads((s00 / "claim.json").read_text()) == taken

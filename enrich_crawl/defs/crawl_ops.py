@@ -26,7 +26,7 @@ from typing import Any
 
 import dagster as dg
 
-from enrich_crawl.defs.pipes import CrawlProcessClient
+from enrich_crawl.defs.pipes import CrawlProcessClient, StaleCrawl
 from enrich_crawl.defs.resources import (
     CrawlerResource,
     DatasetResource,
@@ -206,7 +206,10 @@ def crawl_shard(
                 context=context,
                 params=params,
                 env={"MONGODB_URI": mongo.effective_uri()},
+                still_wanted=lambda: superseded(out_dir, context),
             )
+    except StaleCrawl:
+        raise  # another attempt owns the shard's files: write nothing, not even a failure
     except dg.Failure as exc:
         if context.retry_number < CRAWL_RETRY.max_retries:
             raise
@@ -244,6 +247,20 @@ def run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool:
     return run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING
 
 
+def superseded(out_dir: Any, context: dg.OpExecutionContext) -> str | None:
+    """Why this attempt no longer owns the shard's files (a worker cut off from the run was
+    judged lost and its step retried elsewhere, while its crawl went on), else None."""
+    from enrich_crawl.staging import shard_owner
+
+    owner = shard_owner(out_dir) or {}
+    if owner.get("run_id") == context.run_id and owner.get("attempt") == context.retry_number:
+        return None
+    return (
+        f"attempt {owner.get('attempt')} of run {owner.get('run_id')} (on {owner.get('node')}) "
+        "owns the shard now"
+    )
+
+
 def claim_crawl_files(context: dg.OpExecutionContext, out_dir: Any, node: str) -> None:
     """Own the shard's crawl files for this attempt, then clear what an earlier run left there
     (a crawl that dies early must never leave an older run's results to be merged as this
@@ -260,7 +277,7 @@ def claim_crawl_files(context: dg.OpExecutionContext, out_dir: Any, node: str) -
             node=node,
         )
     except StaleAttempt as exc:
-        raise dg.Failure(
+        raise StaleCrawl(
             description=f"stale crawl attempt, nothing written: {exc}", allow_retries=False
         ) from None
     for name in CRAWL_RUN_FILES:
