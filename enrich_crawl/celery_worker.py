@@ -21,14 +21,23 @@ from pathlib import Path
 APP = "enrich_crawl.defs.celery_app"
 
 
+class WorkerConfigError(Exception):
+    """The worker cannot start: its YAML is missing or invalid, or celery is not installed."""
+
+
 def worker_command(
     config_yaml: Path | None, name: str | None, queues: list[str], loglevel: str, extra: list[str]
 ) -> tuple[list[str], dict[str, str]]:
     """The celery command line and environment of the worker (the config module written)."""
     from dagster_celery.cli import get_config_dir
 
+    if config_yaml is not None and not config_yaml.is_file():
+        raise WorkerConfigError(f"{config_yaml}: no such file (the executor's YAML: broker, ...)")
     env = dict(os.environ)
-    config_dir = get_config_dir(str(config_yaml) if config_yaml else None)
+    try:
+        config_dir = get_config_dir(str(config_yaml) if config_yaml else None)
+    except Exception as exc:  # dagster's config errors name the keys at fault
+        raise WorkerConfigError(f"{config_yaml}: {exc}") from None
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), config_dir) if p)
     command = ["celery", "-A", APP, "worker", "--prefetch-multiplier=1", "--loglevel", loglevel]
     for queue in queues:
@@ -48,5 +57,5 @@ def exec_worker(
     command, env = worker_command(config_yaml, name, queues, loglevel, list(extra or []))
     executable = shutil.which("celery", path=env.get("PATH"))
     if executable is None:
-        raise SystemExit("enrich-crawl worker: `celery` not found (pip install -e .[celery])")
+        raise WorkerConfigError("`celery` not found (pip install -e .[celery])")
     os.execve(executable, command, env)

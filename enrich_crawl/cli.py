@@ -428,15 +428,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from enrich_crawl.celery_worker import exec_worker
+    from enrich_crawl.celery_worker import WorkerConfigError, exec_worker
 
-    exec_worker(
-        Path(args.config_yaml) if args.config_yaml else None,
-        args.name,
-        args.queue,
-        args.loglevel,
-        args.celery_args,
-    )
+    try:
+        exec_worker(
+            Path(args.config_yaml) if args.config_yaml else None,
+            args.name,
+            args.queue,
+            args.loglevel,
+            args.celery_args,
+        )
+    except WorkerConfigError as exc:
+        _err(str(exc))
+        return 2
     return 0  # not reached: the process is the worker now
 
 
