@@ -34,6 +34,7 @@ HOST_TAG = "enrich_crawl/run_host"
 PID_TAG = "enrich_crawl/run_pid"
 PID_STARTED_TAG = "enrich_crawl/run_pid_started"  # the pid's start time: pids are reused
 HEARTBEAT_TAG = "enrich_crawl/run_heartbeat"
+BOOT_TAG = "enrich_crawl/run_boot"  # the kernel's boot id: a reboot ends every process of it
 
 HEARTBEAT_SECONDS = 30.0
 DEFAULT_DEAD_AFTER = 300.0
@@ -60,12 +61,29 @@ def _process_started(pid: int) -> float | None:
         return None
 
 
+def _read_id(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def boot_id() -> str:
+    """`<machine id>:<boot id>` of this machine (Linux; elsewhere empty). Two machines that
+    share a hostname never share a boot id, so a pid is only judged on the boot that ran it; the
+    same machine id with another boot id means the machine restarted since."""
+    boot = _read_id("/proc/sys/kernel/random/boot_id")
+    return f"{_read_id('/etc/machine-id')}:{boot}" if boot else ""
+
+
 def process_tags(pid: int | None = None) -> dict[str, str]:
     """The tags that say which process orchestrates a run (this one by default)."""
     pid = pid or os.getpid()
     started = _process_started(pid) or 0.0
     return {
         HOST_TAG: socket.gethostname(),
+        BOOT_TAG: boot_id(),
         PID_TAG: str(pid),
         PID_STARTED_TAG: f"{started:.2f}",
         HEARTBEAT_TAG: f"{time.time():.0f}",
@@ -79,7 +97,14 @@ def why_dead(tags: dict[str, str], now: float | None = None) -> str | None:
     host, pid = tags.get(HOST_TAG), tags.get(PID_TAG, "")
     if not host or not pid.isdigit():
         return None
-    if host == socket.gethostname():
+    boot, mine = tags.get(BOOT_TAG, ""), boot_id()
+    same_host = host == socket.gethostname()
+    if same_host and boot and boot != mine:
+        machine = boot.partition(":")[0]
+        if machine and machine == mine.partition(":")[0]:
+            return f"its machine ({host}) restarted since it ran (pid {pid}): killed with it"
+        same_host = False  # the same hostname, another machine: judged by its heartbeat
+    if same_host:
         started = _process_started(int(pid))
         recorded = float(tags.get(PID_STARTED_TAG) or 0)
         if started is None:

@@ -20,7 +20,7 @@ import psutil
 import pymongo
 import pytest
 
-from enrich_crawl.recovery import HOST_TAG, PID_TAG, why_dead
+from enrich_crawl.recovery import BOOT_TAG, HOST_TAG, PID_TAG, boot_id, why_dead
 from enrich_crawl.store.embedded import embedded_mongo_status, stop_embedded_mongo
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
@@ -109,6 +109,17 @@ def test_why_dead_judges_pid_and_heartbeat():
     assert why_dead(remote, now) is None
     remote["enrich_crawl/run_heartbeat"] = f"{now - 3600}"
     assert "no heartbeat for 3600 s" in (why_dead(remote, now) or "")
+    # this hostname, this machine, an earlier boot: every process of that boot is gone
+    machine, _, boot = boot_id().partition(":")
+    earlier = {HOST_TAG: me, PID_TAG: str(os.getpid()), BOOT_TAG: f"{machine}:not-{boot}"}
+    assert "restarted since" in (why_dead(earlier, now) or "")
+    # this hostname on another machine (same name, other ids): only its heartbeat counts
+    other = {
+        **earlier,
+        BOOT_TAG: "other-machine:other-boot",
+        "enrich_crawl/run_heartbeat": f"{now}",
+    }
+    assert why_dead(other, now) is None
 
 
 @pytest.mark.parametrize("mongo", ["server", "embedded"])
