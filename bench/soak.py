@@ -579,12 +579,33 @@ def summarize(report: dict[str, Any], out: Path) -> int:
         "peak_rss_mb_run_tree_first_last": [tree[0], tree[-1]] if tree else [],
         "seconds_per_run_median": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else 0,
     }
+    summary = report["summary"]
+    killed = [
+        note
+        for r in runs
+        for note in r["notes"]
+        if note.startswith(("run_sigkill while", "celery_worker_sigkill soak-"))
+    ]
+    report["checks"] = {
+        name: {"value": value, "target": 0, "ok": value == 0}
+        for name, value in (
+            ("records_lost", summary["records_lost"]),
+            ("duplicates", summary["duplicates"]),
+            ("wrong_values", summary["wrong_values"]),
+            ("recoveries_failed", summary["recoveries_failed"]),
+        )
+    }
+    # the whole-run faults really happened (a draw whose run ended first proves nothing)
+    report["checks"]["whole_run_faults_injected"] = {
+        "value": len(killed),
+        "target": "= runs drawn with run_sigkill or celery_worker_sigkill",
+        "ok": len(killed) == sum(1 for r in runs if set(r["faults"]) & set(WHOLE_RUN_FAULTS)),
+    }
     report["finished"] = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(json.dumps(report["summary"], indent=2))
+    print(json.dumps({"summary": summary, "checks": report["checks"]}, indent=2))
     print(f"report: {out}")
-    ok = report["summary"]["records_lost"] == 0 and report["summary"]["duplicates"] == 0
-    return 0 if ok else 1
+    return 0 if all(check["ok"] for check in report["checks"].values()) else 1
 
 
 if __name__ == "__main__":
