@@ -296,3 +296,40 @@ def test_seed_profile_fails_when_the_seed_rejects_too_much(tmp_path, mongo_serve
         ]
         assert evaluation.check_name == "seed_profile" and not evaluation.passed
         assert evaluation.metadata["rejected_rows"].value == 6
+
+
+def test_robots_check_fails_when_it_audited_nothing(seeded):
+    """No request log (no virtual web) and a page store that cannot be read: the check cannot say
+    "no violation", it says it saw nothing."""
+    import socket
+
+    _built, resources, instance, stage, manifest = seeded
+    for key in manifest["shards"]:
+        crawl = stage.crawl_dir(key)
+        crawl.mkdir(parents=True, exist_ok=True)
+        (crawl / "stats.json").write_text(json.dumps({"partition": key, "pages": 3}))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = MongoResource(
+        uri=f"mongodb://127.0.0.1:{port}/", database="x", server_selection_timeout_ms=300
+    )
+    robots_check = next(c for c in CHECKS if "no_robots_violations" in str(c.check_keys))
+    result = dg.materialize(
+        [*ASSETS, robots_check],
+        selection=dg.AssetSelection.checks(robots_check),
+        resources={**resources, "mongo": unreachable},
+        instance=instance,
+        raise_on_error=False,
+    )
+    evaluations = [
+        e.event_specific_data
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
+    assert len(evaluations) == 1 and not evaluations[0].passed
+    metadata = evaluations[0].metadata
+    assert metadata["request_logs_audited"].value == 0
+    assert metadata["crawled_pages_audited"].value == 0
+    assert metadata["page_store_audited"].value.startswith("no (")
+    assert "nothing audited" in evaluations[0].description

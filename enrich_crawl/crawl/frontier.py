@@ -101,7 +101,6 @@ class Frontier:
         self.tasks: dict[str, PageTask] = {}  # requested, not yet processed
         self.on_record_done = on_record_done
         self.completed = 0
-        self.dropped_requests = 0
 
     # -- records -------------------------------------------------------------------------------
 
@@ -213,7 +212,6 @@ class Frontier:
 
     def drop(self, key: str) -> None:
         """The request for `key` is dropped because its records are done."""
-        self.dropped_requests += 1
         for waiter in self.take(key):
             self.release(waiter)
 

@@ -435,9 +435,6 @@ class Throttle:
         if slot.delay < floor:
             slot.delay = floor
 
-    def floor_of(self, key: str) -> float:
-        return self.floors.get(key, 0.0)
-
     def delays_histogram(self) -> dict[str, int]:
         """Hosts by the delay floor applied to them (seconds, rounded)."""
         return dict(sorted(self.delay_counts.items(), key=lambda kv: float(kv[0])))

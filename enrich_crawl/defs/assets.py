@@ -18,7 +18,6 @@ from enrich_crawl.defs.resources import (
 )
 
 GROUP = "enrich"
-WEB_RETRY = dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL)
 
 
 def _markdown_table(header: list[str], rows: list[list[Any]]) -> str:

@@ -13,7 +13,7 @@ None is blocking: a failed check never throws away other shards' results. The me
 functions of enrich_crawl.quality; here they are fed from the staging area and MongoDB.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -39,6 +39,19 @@ def _read_json(path) -> Any:
         return json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return None
+
+
+class _Counted:
+    """An iterable that counts what went through it (the pages a check really audited)."""
+
+    def __init__(self, items: Iterable[Any]):
+        self.items = items
+        self.count = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.items:
+            self.count += 1
+            yield item
 
 
 def _run_shards(context: dg.AssetCheckExecutionContext) -> list[str]:
@@ -168,16 +181,14 @@ def no_robots_violations(
     user_agent = crawler.environment()["user_agent"]
     keys = _run_shards(context)
     violations: list[dict[str, Any]] = []
-    reported = 0
     logs = 0
     for key in keys:
-        stats = _read_json(stage.crawl_stats(key)) or {}
-        reported += int(stats.get("robots_violations") or 0)
         log = stage.crawl_dir(key) / "web-requests.jsonl"
         if spec.virtual_web is not None and log.exists():
             logs += 1
             violations += audit_request_log(read_jsonl(log), spec.virtual_web, user_agent)
-    pages_audited = "no"
+    pages_audited = 0
+    store_audit = "no run start time"
     record = context.instance.get_run_record_by_id(context.run.run_id)
     since = float(record.start_time) if record and record.start_time else None
     if since is not None:
@@ -187,29 +198,35 @@ def no_robots_violations(
             client = mongo.client()
             try:
                 db = client[mongo.database_name()]
-                violations += audit_fetched_pages(
-                    db[PAGES].find({}, {"url": 1, "status": 1, "fetched_at": 1}),
-                    db[ROBOTS].find({}),
-                    user_agent,
-                    since,
-                )
-                pages_audited = "yes"
+                pages = _Counted(db[PAGES].find({}, {"url": 1, "status": 1, "fetched_at": 1}))
+                violations += audit_fetched_pages(pages, db[ROBOTS].find({}), user_agent, since)
+                pages_audited = pages.count
+                store_audit = "yes"
             finally:
                 client.close()
         except Exception as exc:  # the store may be absent (no persistence): say so
-            pages_audited = f"no ({type(exc).__name__}: {mongo.scrub(str(exc))[:200]})"
+            store_audit = f"no ({type(exc).__name__}: {mongo.scrub(str(exc))[:200]})"
     unique = {(v["url"], v["reason"]): v for v in violations}
-    total = len(unique) + reported
+    total = len(unique)
+    metadata = {
+        "violations": total,
+        "request_logs_audited": logs,
+        "crawled_pages_audited": pages_audited,
+        "page_store_audited": store_audit,
+        "product_token": product_token(user_agent),
+        "sample": dg.MetadataValue.json(list(unique.values())[:SAMPLE]),
+    }
+    if not logs and store_audit != "yes":
+        # neither the server's request log nor the crawler's page store could be read: a check
+        # that saw nothing must not say "no violation"
+        return dg.AssetCheckResult(
+            passed=False,
+            metadata=metadata,
+            description=f"nothing audited: no request log, page store not read ({store_audit})",
+        )
     return dg.AssetCheckResult(
         passed=total == 0,
-        metadata={
-            "violations": total,
-            "violations_reported_by_crawler": reported,
-            "request_logs_audited": logs,
-            "crawled_pages_audited": pages_audited,
-            "product_token": product_token(user_agent),
-            "sample": dg.MetadataValue.json(list(unique.values())[:SAMPLE]),
-        },
+        metadata=metadata,
         description="no request against robots.txt"
         if total == 0
         else f"{total} request(s) against robots.txt",

@@ -623,20 +623,3 @@ def rerun_command(partitions: list[str]) -> str:
         return f"{base} --partition {partitions[0]}"
     return f"{base} --partition-range {partitions[0]}...{partitions[-1]}"
 
-
-def merge_lines(
-    collection: Collection,
-    lines: Iterable[dict[str, Any]],
-    *,
-    fields: dict[str, dict[str, Any]],
-    run_id: str,
-    partition: str,
-    now: dt.datetime | None = None,
-    batch_size: int = BATCH_SIZE,
-    retry: WriteRetry | None = None,
-) -> MergeStats:
-    """Merge one partition's resolved lines into `collection` (a one-shot Merger)."""
-    merger = Merger(
-        collection, fields=fields, run_id=run_id, now=now, batch_size=batch_size, retry=retry
-    )
-    return merger.merge(lines, partition=partition)
