@@ -353,3 +353,23 @@ def test_url_cells_split_on_separators_only_and_as_the_reference_does(tmp_path):
     for number, (cell, urls) in enumerate(URL_CELLS, start=1):
         assert got[str(number)]["_urls"] == urls, cell
         assert got[str(number)]["_url_errors"] == [], cell
+
+
+def test_the_spec_is_parsed_once_per_content(tmp_path):
+    """Every stage of a run loads the spec; the same file gives the same parsed spec, an edited
+    file (even at once, same size) is read afresh, and a broken edit is an error every time."""
+    from enrich_crawl.dataset.spec import SpecError
+
+    (tmp_path / "t.csv").write_text("id,url,city\n1,http://a.test/,\n")
+    spec_path = tmp_path / "t.yaml"
+    text = "name: t1\nsource: t.csv\nid: id\nurls: [url]\nfields:\n  city: {type: string}\n"
+    spec_path.write_text(text)
+    first = load_spec(spec_path)
+    assert load_spec(str(spec_path)) is first
+    spec_path.write_text(text.replace("t1", "t2"))
+    second = load_spec(spec_path)
+    assert second is not first and second.name == "t2"
+    spec_path.write_text(text.replace("name: t1", "nome: t1"))
+    for _ in range(2):
+        with pytest.raises(SpecError, match="nome"):
+            load_spec(spec_path)

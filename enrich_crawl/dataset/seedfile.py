@@ -5,7 +5,7 @@ machinery (a third of a second of imports per crawl process)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,11 @@ JSON_COLUMNS = ("_url_errors", "_data", "_raw", "_cell_errors")
 JSON_DEFAULTS = {"_url_errors": "[]", "_data": "{}", "_raw": "{}", "_cell_errors": "[]"}
 
 
-def read_seed_shard(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of one seed shard (decoded), one Parquet batch at a time."""
+def read_seed_shard(
+    path: Path, columns: Sequence[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield the records of one seed shard (decoded), one Parquet batch at a time; only `columns`
+    when given. A missing shard has no records."""
     import pyarrow.parquet as pq
 
     if not path.exists():
@@ -25,7 +28,11 @@ def read_seed_shard(path: Path) -> Iterator[dict[str, Any]]:
     parquet = pq.ParquetFile(path)
     # small batches: a crawl holds one batch of decoded records while it starts them (a few
     # hundred at a time); no threads for reads this small
-    for batch in parquet.iter_batches(batch_size=RECORDS_PER_BATCH, use_threads=False):
+    for batch in parquet.iter_batches(
+        batch_size=RECORDS_PER_BATCH,
+        columns=list(columns) if columns is not None else None,
+        use_threads=False,
+    ):
         for row in batch.to_pylist():
             for column in JSON_COLUMNS:
                 if column in row:

@@ -153,13 +153,35 @@ def _format_options(path: Path, fmt: Any) -> dict[str, Any]:
     return dict(fmt)
 
 
+# parsed specs by resolved path: (the file's bytes, the spec). A run reads its spec from many
+# places (CLI, resources, every asset and check, the resolver); parsing the YAML once per process
+# and content keeps that cheap while an edited file is always read afresh.
+_PARSED: dict[Path, tuple[bytes, DatasetSpec]] = {}
+
+
 def load_spec(path: str | Path) -> DatasetSpec:
-    """Read and validate a dataset spec; raises SpecError naming the file and the key."""
+    """Read and validate a dataset spec; raises SpecError naming the file and the key.
+
+    The result is shared by every caller in the process until the file's content changes: treat
+    it as read-only."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
         raise SpecError(f"{path}: dataset spec not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        content = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the dataset spec: {exc}") from exc
+    cached = _PARSED.get(path)
+    if cached is not None and cached[0] == content:
+        return cached[1]
+    spec = _parse_spec(path, content)
+    _PARSED[path] = (content, spec)
+    return spec
+
+
+def _parse_spec(path: Path, content: bytes) -> DatasetSpec:
+    try:
+        raw = yaml.safe_load(content.decode("utf-8"))
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from exc
     except UnicodeDecodeError as exc:

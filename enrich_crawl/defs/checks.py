@@ -60,19 +60,11 @@ def _run_shards(context: dg.AssetCheckExecutionContext) -> list[str]:
 
 def _seed_ids(stage, keys: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(record id, input data) of the usable records of the given shards."""
-    import json
-
-    import pyarrow.parquet as pq
+    from enrich_crawl.dataset.seedfile import read_seed_shard
 
     for key in keys:
-        path = stage.seed_shard(key)
-        if not path.exists():
-            continue
-        table = pq.read_table(path, columns=["_id", "_data"])
-        for rid, data in zip(
-            table.column("_id").to_pylist(), table.column("_data").to_pylist(), strict=True
-        ):
-            yield rid, json.loads(data or "{}")
+        for record in read_seed_shard(stage.seed_shard(key), columns=("_id", "_data")):
+            yield record["_id"], record["_data"]
 
 
 @dg.asset_check(
