@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from enrich_crawl.contracts import LINEAGE_REQUIRED
 from enrich_crawl.crawl.robots import RobotsRules, origin_of
-
-LINEAGE_REQUIRED = ("value", "source_url", "mapping", "run_id", "partition")
 
 
 def _is_robots(path: str) -> bool:

@@ -18,19 +18,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from enrich_crawl.contracts import CANDIDATE_LINEAGE_KEYS, ResolvedLine
 from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.staging import DatasetStage, read_jsonl, write_json, write_jsonl
 
 ALTERNATIVES_LIMIT = 3
-LINEAGE_KEYS = (
-    "source_url",
-    "mapping",
-    "depth",
-    "fetched_at",
-    "http_status",
-    "content_hash",
-    "rendered",
-)
 
 
 def _timestamp(value: Any) -> float:
@@ -136,7 +128,7 @@ def resolve_shard(stage: DatasetStage, shard: str) -> dict[str, Any]:
         "pages": 0,
     }
 
-    def lines() -> Iterator[dict[str, Any]]:
+    def lines() -> Iterator[ResolvedLine]:
         for record in read_seed_shard(stage.seed_shard(shard)):
             rid = record["_id"]
             summary["records"] += 1
@@ -152,7 +144,7 @@ def resolve_shard(stage: DatasetStage, shard: str) -> dict[str, Any]:
                 fields[name] = {
                     "value": winner["value"],
                     "source_url": winner.get("url"),
-                    **{k: winner.get(k) for k in LINEAGE_KEYS if k != "source_url"},
+                    **{k: winner.get(k) for k in CANDIDATE_LINEAGE_KEYS if k != "source_url"},
                     "candidates": len(candidates),
                     "conflicts": len(losers),
                 }

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from enrich_crawl.contracts import CANDIDATES_FILE, CRAWL_STATS_FILE, RECORD_OUTCOMES_FILE
+
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -125,13 +127,13 @@ class DatasetStage:
         return self.base / "crawl" / shard
 
     def candidates(self, shard: str) -> Path:
-        return self.crawl_dir(shard) / "candidates.jsonl"
+        return self.crawl_dir(shard) / CANDIDATES_FILE
 
     def record_outcomes(self, shard: str) -> Path:
-        return self.crawl_dir(shard) / "records.jsonl"
+        return self.crawl_dir(shard) / RECORD_OUTCOMES_FILE
 
     def crawl_stats(self, shard: str) -> Path:
-        return self.crawl_dir(shard) / "stats.json"
+        return self.crawl_dir(shard) / CRAWL_STATS_FILE
 
     # resolved_fields
     def resolved(self, shard: str) -> Path:

@@ -39,6 +39,14 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 
+from enrich_crawl.contracts import (
+    CANDIDATES_FILE,
+    CRAWL_STATS_FILE,
+    RECORD_OUTCOMES_FILE,
+    CandidateLine,
+    RecordOutcomeLine,
+    crawl_outcome,
+)
 from enrich_crawl.crawl.errors import reason_for_exception
 from enrich_crawl.crawl.frontier import (
     PRIORITY_GENERIC_LINK,
@@ -129,14 +137,14 @@ class OutputFiles:
 
     def __init__(self, out_dir: Path):
         out_dir.mkdir(parents=True, exist_ok=True)
-        self.candidates = open(out_dir / "candidates.jsonl", "w", encoding="utf-8")  # noqa: SIM115
-        self.records = open(out_dir / "records.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        self.candidates = open(out_dir / CANDIDATES_FILE, "w", encoding="utf-8")  # noqa: SIM115
+        self.records = open(out_dir / RECORD_OUTCOMES_FILE, "w", encoding="utf-8")  # noqa: SIM115
         self.last_flush = time.monotonic()
 
-    def write_candidate(self, row: dict[str, Any]) -> None:
+    def write_candidate(self, row: CandidateLine) -> None:
         self.candidates.write(dumps(row) + "\n")
 
-    def write_record(self, row: dict[str, Any]) -> None:
+    def write_record(self, row: RecordOutcomeLine) -> None:
         self.records.write(dumps(row) + "\n")
         now = time.monotonic()
         if now - self.last_flush > 1.0:
@@ -982,18 +990,9 @@ class EnrichSpider(scrapy.Spider):
             for seed in state.seeds:
                 if not state.seed_yield.get(seed) and seed not in failed_urls:
                     errors.append({"url": seed, "reason": "not_on_page"})
-        if not state.wanted:
-            outcome = "nothing_to_do"
-        elif state.fresh and state.fresh == state.wanted:
-            outcome = "fresh"
-        elif not state.needed:
-            outcome = "resolved"
-        elif len(state.needed) < len(state.wanted):
-            outcome = "partial"
-        else:
-            outcome = "unresolved"
+        outcome = crawl_outcome(state.wanted, state.needed, state.fresh)
         self.outcomes[outcome] += 1
-        row = {
+        row: RecordOutcomeLine = {
             "record": state.id,
             "outcome": outcome,
             "errors": errors,
@@ -1190,6 +1189,6 @@ class EnrichSpider(scrapy.Spider):
         if self.state is not None:
             await self.state.close()
             snapshot["state"] = dict(self.state.stats)
-        _write_json_atomic(Path(self.params.out_dir) / "stats.json", snapshot)
+        _write_json_atomic(Path(self.params.out_dir) / CRAWL_STATS_FILE, snapshot)
         self.final_stats = snapshot
         self.stats_written = True

@@ -18,8 +18,8 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl.contracts import CRAWL_FAILURE_FILE, WEB_REQUESTS_FILE
 from enrich_crawl.defs.assets import crawl_results, enriched_records, seed_dataset
-from enrich_crawl.defs.crawl_ops import FAILURE_FILE
 from enrich_crawl.defs.partitions import shards_of_run
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -122,7 +122,7 @@ def every_shard_crawled(
     keys = _run_shards(context)
     failed: dict[str, str] = {}
     for key in keys:
-        failure = _read_json(stage.crawl_dir(key) / FAILURE_FILE)
+        failure = _read_json(stage.crawl_dir(key) / CRAWL_FAILURE_FILE)
         if failure and failure.get("run_id") == context.run.run_id:
             failed[key] = str(failure.get("error", "failed"))
         elif not stage.crawl_stats(key).exists():
@@ -175,7 +175,7 @@ def no_robots_violations(
     violations: list[dict[str, Any]] = []
     logs = 0
     for key in keys:
-        log = stage.crawl_dir(key) / "web-requests.jsonl"
+        log = stage.crawl_dir(key) / WEB_REQUESTS_FILE
         if spec.virtual_web is not None and log.exists():
             logs += 1
             violations += audit_request_log(read_jsonl(log), spec.virtual_web, user_agent)

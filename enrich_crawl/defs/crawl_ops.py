@@ -26,6 +26,7 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl.contracts import CRAWL_FAILURE_FILE, CRAWL_RUN_FILES, WEB_REQUESTS_FILE
 from enrich_crawl.defs.pipes import CrawlProcessClient, StaleCrawl
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -51,17 +52,6 @@ CRAWL_RETRY = _retry_policy()
 # a crawl always gets at least this long, so that a shard started after the run budget is spent
 # still ends with every record and its reason (time budget) rather than not at all
 MIN_CRAWL_SECONDS = 1.0
-# files of a shard's crawl that describe one run: removed before a crawl starts, so that a crawl
-# which dies early never leaves an older run's results to be resolved and merged as this run's
-CRAWL_RUN_FILES = (
-    "candidates.jsonl",
-    "records.jsonl",
-    "stats.json",
-    "progress.json",
-    "failure.json",
-    "web-requests.jsonl",
-)
-FAILURE_FILE = "failure.json"
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -148,7 +138,7 @@ def crawl_shard(
         # retries a step whose worker died, defs/celery_recovery.py); give up as a crawl
         # failure does, so that every other shard is still resolved and merged
         failure = _failure(context, shard, node, "the worker running it was lost")
-        write_json(out_dir / FAILURE_FILE, failure)
+        write_json(out_dir / CRAWL_FAILURE_FILE, failure)
         context.log.error(f"crawl of shard {shard} abandoned: {failure['error']}")
         yield dg.Output(failure, metadata={"node": node, "crawl_failed": 1})
         return
@@ -195,7 +185,7 @@ def crawl_shard(
                 from enrich_crawl.testing.web import running_web
 
                 web = stack.enter_context(
-                    running_web(spec.virtual_web, log_path=out_dir / "web-requests.jsonl")
+                    running_web(spec.virtual_web, log_path=out_dir / WEB_REQUESTS_FILE)
                 )
                 params.proxy = web.proxy_url
                 context.log.info(
@@ -214,7 +204,7 @@ def crawl_shard(
         if context.retry_number < CRAWL_RETRY.max_retries:
             raise
         failure = _failure(context, shard, node, exc.description or str(exc))
-        write_json(out_dir / FAILURE_FILE, failure)
+        write_json(out_dir / CRAWL_FAILURE_FILE, failure)
         context.log.error(
             f"crawl of shard {shard} failed after {context.retry_number + 1} attempts "
             f"({exc.description}); the other shards go on and the check every_shard_crawled "

@@ -42,6 +42,8 @@ from pymongo import InsertOne, ReplaceOne
 from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConnectionFailure, OperationFailure, PyMongoError
 
+from enrich_crawl.contracts import LineageEntry, fill_outcome
+
 HISTORY_LIMIT = 5
 BATCH_SIZE = 2000
 ALTERNATIVES_LIMIT = 3
@@ -232,7 +234,7 @@ def build_document(
                 changes.kept += 1
             continue
         fetched_at = _as_datetime(winner.get("fetched_at"))
-        new_entry = {
+        new_entry: LineageEntry = {
             "value": value,
             "previous": current,
             "source_url": winner.get("source_url"),
@@ -276,12 +278,10 @@ def build_document(
             original[column] = value
 
     missing = [name for name in fields if data.get(name) is None]
-    if not missing:
-        status = "resolved"
-    elif any(input_data.get(n) is None and data.get(n) is not None for n in fields):
-        status = "partial"
-    else:
-        status = "unresolved"
+    status = fill_outcome(
+        bool(missing),
+        any(input_data.get(n) is None and data.get(n) is not None for n in fields),
+    )
     hosts = sorted({_host(e["source_url"]) for e in lineage.values() if e.get("source_url")})
     doc = {
         "_id": line["record"],
@@ -622,4 +622,3 @@ def rerun_command(partitions: list[str]) -> str:
     if len(partitions) == 1:
         return f"{base} --partition {partitions[0]}"
     return f"{base} --partition-range {partitions[0]}...{partitions[-1]}"
-
