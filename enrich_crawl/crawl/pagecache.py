@@ -76,7 +76,7 @@ class PageCache:
             return None
         url, status, ctype, fetched_at, content_hash, rendered, body = row
         page = Page(url, decompress(body), content_type=ctype or None, status=status)
-        page.__dict__["_stored_body"] = body  # compressed already (state.stored_body)
+        page.stored_body = body  # compressed already (state.stored_body)
         page.fetched_at = fetched_at
         page.content_hash = content_hash
         page.rendered = bool(rendered)
@@ -146,9 +146,9 @@ class PageCache:
                 page.url,
                 page.status,
                 page._header,
-                getattr(page, "fetched_at", None),
-                getattr(page, "content_hash", None),
-                int(bool(getattr(page, "rendered", False))),
+                page.fetched_at,
+                page.content_hash,
+                int(page.rendered),
                 stored_body(page),  # made once, shared with the crawled-URL store
             ),
         )
@@ -178,13 +178,11 @@ def strip_parsed(page: Page) -> None:
     """Drop the parsed tree of a page and what selectors cached on it (recomputed on next use)."""
     for name in _PARSED:
         page.__dict__.pop(name, None)
-    cache = page.__dict__.get("selector_cache")
-    if isinstance(cache, dict):
-        cache.clear()
+    page.selector_cache.clear()
 
 
 def page_weight(page: Page) -> int:
     """Bytes a cached page holds: its body (and its compressed copy, when it has one), its
     decoded text and a fixed overhead."""
-    compressed = len(page.__dict__.get("_stored_body") or b"")
-    return len(page.body) + compressed + len(getattr(page, "text", "") or "") + ENTRY_OVERHEAD
+    compressed = len(page.stored_body or b"")
+    return len(page.body) + compressed + len(page.text) + ENTRY_OVERHEAD

@@ -171,8 +171,8 @@ class Document:
             url=page.url,
             status=page.status,
             body=page.text.encode("utf-8"),
-            fetched_at=getattr(page, "fetched_at", None),
-            content_hash=getattr(page, "content_hash", None),
+            fetched_at=page.fetched_at,
+            content_hash=page.content_hash,
         )
 
 

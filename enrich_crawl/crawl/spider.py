@@ -469,7 +469,7 @@ class EnrichSpider(scrapy.Spider):
             return None
         self.counts["pages_reused" if this_run else "pages_from_store"] += 1
         orders = self._process(order.key, page)[0]
-        self._cache(order.key, page, stored=page.__dict__.get("_stored_body") is not None)
+        self._cache(order.key, page, stored=page.stored_body is not None)
         return orders
 
     def _stored_page(self, doc: dict[str, Any], fetched_at: float | None = None) -> Page | None:
@@ -500,7 +500,7 @@ class EnrichSpider(scrapy.Spider):
         page.fetched_at = _iso(fetched_at or float(doc.get("fetched_at") or time.time()))
         page.content_hash = doc.get("content_hash")
         if body is not None:
-            page.__dict__["_stored_body"] = bytes(body)  # compressed already (stored_body)
+            page.stored_body = bytes(body)  # compressed already (stored_body)
         page.known_useless = known_useless
         page.rendered = bool(doc.get("rendered"))
         return page
@@ -585,7 +585,7 @@ class EnrichSpider(scrapy.Spider):
             "last_modified": (headers.get(b"Last-Modified") or b"").decode("latin-1") or None,
             "content_type": page._header,
             "content_hash": page.content_hash,
-            "rendered": bool(getattr(page, "rendered", False)),
+            "rendered": page.rendered,
             "useful": useful,
             "body": stored_body(page) if keep_body else None,
             "run_id": self.params.run_id,
@@ -699,7 +699,7 @@ class EnrichSpider(scrapy.Spider):
         return result
 
     def _generic_links(self, page: Page) -> list[str]:
-        if getattr(page, "known_useless", False):
+        if page.known_useless:
             return []
         tree = page.tree
         if tree is None or not hasattr(tree, "xpath"):
@@ -743,7 +743,7 @@ class EnrichSpider(scrapy.Spider):
         if state is None:  # finished while this page was on its way
             return orders, useful
         url = page.url + (f"#{waiter.fragment}" if waiter.fragment else "")
-        mappings = [] if getattr(page, "known_useless", False) else self._matching(url)
+        mappings = [] if page.known_useless else self._matching(url)
         if mappings:
             useful = True
         if not mappings and waiter.depth == 0:
@@ -768,10 +768,10 @@ class EnrichSpider(scrapy.Spider):
                         "mapping": mapping.name,
                         "priority": mapping.priority,
                         "depth": waiter.depth,
-                        "fetched_at": getattr(page, "fetched_at", None),
+                        "fetched_at": page.fetched_at,
                         "http_status": page.status,
-                        "content_hash": getattr(page, "content_hash", None),
-                        "rendered": bool(getattr(page, "rendered", False)),
+                        "content_hash": page.content_hash,
+                        "rendered": page.rendered,
                     }
                 )
         self.frontier.record_found(waiter, found, on_page)
@@ -854,11 +854,7 @@ class EnrichSpider(scrapy.Spider):
     def _should_render(self, key: str, page: Page) -> bool:
         """Ask for a render of `page` (its records then wait for it) when a `js` mapping matches
         it, or an `auto` mapping finds none of its fields and the page looks script-built."""
-        if (
-            getattr(page, "rendered", False)
-            or getattr(page, "render_tried", False)
-            or getattr(page, "known_useless", False)
-        ):
+        if page.rendered or page.render_tried or page.known_useless:
             return False
         target = page_key(page.url)
         if target in self.render_waiting:  # already on its way (a redirect to the same URL)

@@ -167,9 +167,9 @@ def decompress(data: bytes) -> bytes:
 def stored_body(page: Any) -> bytes:
     """The page's body compressed, made once per page for whatever keeps it (the crawled-URL
     store, the run's page cache); a page read back from one of them starts with its bytes."""
-    blob = page.__dict__.get("_stored_body")
+    blob = page.stored_body
     if blob is None:
-        blob = page.__dict__["_stored_body"] = compress(page.body)
+        blob = page.stored_body = compress(page.body)
     return blob
 
 

@@ -129,7 +129,17 @@ class Page:
     """A page as the extractor sees it: `text` (decoded), `tree` (lxml root, HTML/XML pages) or
     `json` (JSON pages), parsed lazily and once. `selector_cache` holds what selectors computed on
     the whole page (strings, numbers, parsed JSON; never elements, so dropping `tree` frees it),
-    shared by every field and mapping that runs on the page."""
+    shared by every field and mapping that runs on the page.
+
+    The crawl's fetch fields (defaults here, set by whatever fetched or stored the page): they go
+    into the lineage of the values found on the page and decide whether it is rendered."""
+
+    fetched_at: str | None = None  # ISO time the page was fetched
+    content_hash: str | None = None  # sha1 of the body as fetched
+    rendered: bool = False  # the body is a browser's rendering
+    render_tried: bool = False  # a browser already had its turn on this page
+    known_useless: bool = False  # the page store says no mapping found anything on it
+    stored_body: bytes | None = None  # the body compressed, as the stores keep it
 
     def __init__(
         self,
