@@ -94,6 +94,9 @@ BINARY_TYPES = (
 
 
 def crawl_config(crawler: Crawler) -> CrawlConfig:
+    """The crawl's configuration, parsed once per crawler from the ENRICH_CRAWL_CONFIG setting
+    (as scrapy-playwright's Config.from_settings): the one source every component reads; no
+    other setting repeats a field of it."""
     config = getattr(crawler, "enrich_crawl_config", None)
     if config is None:
         config = CrawlConfig.from_mapping(crawler.settings.getdict("ENRICH_CRAWL_CONFIG") or None)
@@ -292,10 +295,16 @@ class BackoffRetryMiddleware(RetryMiddleware):
     Retry-After answer honoured up to crawl.retry_backoff_max). A proxy's "no such host" answer,
     DNS failures and refused internal addresses are not retried."""
 
-    def __init__(self, settings: Any):
-        super().__init__(settings)
-        self.base = settings.getfloat("ENRICH_RETRY_BACKOFF", 2.0)
-        self.cap = settings.getfloat("ENRICH_RETRY_BACKOFF_MAX", 120.0)
+    base: float  # seconds before the first retry (crawl.retry_backoff)
+    cap: float  # the longest wait (crawl.retry_backoff_max)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:
+        middleware = super().from_crawler(crawler)
+        config = crawl_config(crawler)
+        middleware.base = config.retry_backoff
+        middleware.cap = config.retry_backoff_max
+        return middleware
 
     def _backoff(self, request: Request, retry_after: float | None = None) -> float:
         attempt = request.meta.get("retry_times", 0)
@@ -394,10 +403,10 @@ class Throttle:
 
     def __init__(self, crawler: Crawler):
         self.crawler = crawler
-        settings = crawler.settings
-        self.enabled = settings.getbool("ENRICH_AUTOTHROTTLE", True)
-        self.target = settings.getfloat("AUTOTHROTTLE_TARGET_CONCURRENCY", 1.0)
-        self.max_delay = settings.getfloat("ENRICH_MAX_DELAY", 60.0)
+        config = crawl_config(crawler)
+        self.enabled = config.autothrottle
+        self.target = crawler.settings.getfloat("AUTOTHROTTLE_TARGET_CONCURRENCY", 1.0)
+        self.max_delay = config.max_delay
         self.floors: OrderedDict[str, float] = OrderedDict()  # host -> floor, recent hosts
         self.delay_counts: Counter[str] = Counter()  # hosts by floor (statistics)
         self.crawl_delay_hosts = 0

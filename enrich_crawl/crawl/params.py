@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from enrich_crawl.config import CrawlConfig, chromium_path
@@ -33,8 +34,9 @@ class WorkerParams:
     progress_interval: float = 5.0
     log_level: str = "INFO"
 
-    @property
+    @cached_property
     def crawl_config(self) -> CrawlConfig:
+        """`crawl` parsed (once: the spider, the settings and the worker all ask for it)."""
         return CrawlConfig.from_mapping(self.crawl)
 
     def to_dict(self) -> dict[str, Any]:

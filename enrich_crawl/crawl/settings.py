@@ -77,9 +77,6 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         "DOWNLOAD_DELAY_JITTER": 0.0,  # jitter would send requests closer than Crawl-delay
         "AUTOTHROTTLE_ENABLED": False,  # replaced by our Throttle, which respects per-host floors
         "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
-        "ENRICH_AUTOTHROTTLE": config.autothrottle,
-        "ENRICH_DEFAULT_DELAY": config.default_delay,
-        "ENRICH_MAX_DELAY": config.max_delay,
         "DOWNLOAD_TIMEOUT": config.download_timeout,
         "DOWNLOAD_MAXSIZE": config.max_page_bytes,
         "DOWNLOAD_WARNSIZE": 0,
@@ -88,8 +85,6 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         "RETRY_HTTP_CODES": [500, 502, 503, 504, 522, 524, 408, 429],
         "RETRY_EXCEPTIONS": RETRY_EXCEPTIONS,
         "RETRY_PRIORITY_ADJUST": 0,
-        "ENRICH_RETRY_BACKOFF": config.retry_backoff,
-        "ENRICH_RETRY_BACKOFF_MAX": config.retry_backoff_max,
         "REDIRECT_MAX_TIMES": 10,
         "METAREFRESH_MAXDELAY": 5,
         "COOKIES_ENABLED": False,
