@@ -88,10 +88,10 @@ def run_one(spec_path: Path, workers: int, baseline: bool) -> dict[str, Any]:
     import pyarrow.compute  # noqa: F401
 
     from enrich_crawl.dataset.load import prepare_dataset
-    from enrich_crawl.dataset.reference import clean_record  # noqa: F401
     from enrich_crawl.dataset.shard import shard_keys
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
+    from enrich_crawl.testing.reference import clean_record  # noqa: F401
 
     spec = load_spec(spec_path)
     keys = shard_keys(KEYS)
@@ -133,8 +133,8 @@ def baseline_load(spec, stage, keys) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from enrich_crawl.dataset.load import SEED_SCHEMA
-    from enrich_crawl.dataset.reference import clean_record
     from enrich_crawl.staging import dumps
+    from enrich_crawl.testing.reference import clean_record
 
     writers: dict[str, pq.ParquetWriter] = {}
     counts = dict.fromkeys(keys, 0)

@@ -17,10 +17,10 @@ import pytest
 
 from enrich_crawl.dataset import synth
 from enrich_crawl.dataset.load import SEED_SCHEMA, prepare_dataset, read_seed_shard
-from enrich_crawl.dataset.reference import reference_prepare
 from enrich_crawl.dataset.shard import shard_for_urls, shard_keys
 from enrich_crawl.dataset.spec import load_spec
 from enrich_crawl.staging import DatasetStage
+from enrich_crawl.testing.reference import reference_prepare
 
 TODAY = dt.date(2026, 1, 1)
 KEYS = shard_keys(5)

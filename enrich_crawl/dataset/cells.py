@@ -2,7 +2,7 @@
 
 The fast loader (`enrich_crawl.dataset.vector`) applies these rules to whole columns with Arrow
 kernels and falls back to the functions here for the values its kernels do not cover; the
-row-at-a-time reference (`enrich_crawl.dataset.reference`) applies them cell by cell, and the tests
+row-at-a-time reference (`enrich_crawl.testing.reference`) applies them cell by cell, and the tests
 check that both agree.
 
 Text cells:
@@ -27,7 +27,7 @@ import re
 import unicodedata
 from typing import Any
 
-from enrich_crawl.values import coerce
+from enrich_crawl.values import coerce, parse_date
 
 # str.isspace() (Python 3.11, Unicode 14): verified against the predicate by the tests
 WHITESPACE_RANGES = (
@@ -139,3 +139,14 @@ def coerce_cell(value: Any, ftype: str) -> tuple[Any, bool]:
     if ftype == "list":
         return typed, ", ".join(typed) != value
     return typed, typed != value  # date: ISO text in, the same text out
+
+
+def is_stale(value: Any, days: float, today: dt.date) -> bool:
+    """A record is stale when its check date is missing, unreadable or older than `days`."""
+    if value is None:
+        return True
+    try:
+        checked = dt.date.fromisoformat(parse_date(value))
+    except ValueError:
+        return True
+    return (today - checked).days > days

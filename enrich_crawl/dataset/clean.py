@@ -19,9 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from enrich_crawl.dataset import vector as vec
-from enrich_crawl.dataset.cells import clean_value, marker_set, record_id
+from enrich_crawl.dataset.cells import clean_value, is_stale, marker_set, record_id
 from enrich_crawl.dataset.read import is_object_array, object_values
-from enrich_crawl.dataset.reference import is_stale
 from enrich_crawl.dataset.spec import DatasetSpec
 from enrich_crawl.staging import dumps
 from enrich_crawl.urls import LIST_PUNCTUATION, URL_START, split_url_cell

@@ -12,11 +12,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from enrich_crawl.dataset.cells import clean_value, coerce_cell, marker_set, raw_value, record_id
+from enrich_crawl.dataset.cells import (
+    clean_value,
+    coerce_cell,
+    is_stale,
+    marker_set,
+    raw_value,
+    record_id,
+)
 from enrich_crawl.dataset.shard import shard_for_urls
 from enrich_crawl.dataset.spec import DatasetSpec
 from enrich_crawl.urls import normalise_url, split_url_cell
-from enrich_crawl.values import parse_date
 
 TYPE_ERROR_SAMPLE = 5
 REJECTED_SAMPLE = 20
@@ -30,17 +36,6 @@ class RowNotes:
     outdated: list[str] = field(default_factory=list)
     type_errors: list[dict[str, Any]] = field(default_factory=list)
     invalid_urls: int = 0
-
-
-def is_stale(value: Any, days: float, today: dt.date) -> bool:
-    """A record is stale when its check date is missing, unreadable or older than `days`."""
-    if value is None:
-        return True
-    try:
-        checked = dt.date.fromisoformat(parse_date(value))
-    except ValueError:
-        return True
-    return (today - checked).days > days
 
 
 def clean_record(
