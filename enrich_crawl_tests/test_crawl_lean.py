@@ -14,8 +14,8 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
 from enrich_crawl.config import CrawlConfig
+from enrich_crawl.crawl.downloader import PoliteDownloader
 from enrich_crawl.crawl.frontier import Waiter
-from enrich_crawl.crawl.limiter import PoliteDownloader
 from enrich_crawl.crawl.middlewares import (
     CheapMetaRefreshMiddleware,
     LeanDownloaderStats,

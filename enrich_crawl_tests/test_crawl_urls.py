@@ -136,7 +136,7 @@ def test_links_refused_with_a_reason(href, reason):
         ("0177.0.0.1", True),
         ("8.8.8.8", False),
         ("example.com", False),
-        ("localhost", False),  # a name: refused when it resolves (enrich_crawl.crawl.resolver)
+        ("localhost", False),  # a name: refused when it resolves (enrich_crawl.crawl.dns_resolver)
     ],
 )
 def test_private_ip(host, private):

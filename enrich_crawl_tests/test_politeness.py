@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from enrich_crawl.crawl.state import CrawlState, HostBusy, HostLimiter
+from enrich_crawl.crawl.host_limiter import HostBusy, HostLimiter
+from enrich_crawl.crawl.state import CrawlState
 from enrich_crawl.testing.synthweb import build_synth_web, politeness_violations, run_workers
 from enrich_crawl.testing.web import requests_by_host, running_web
 

@@ -40,7 +40,7 @@ class PooledHTTP11DownloadHandler(HTTP11DownloadHandler):
     flight. Scrapy keeps `CONCURRENT_REQUESTS_PER_DOMAIN` of them, and through a forward proxy every
     plain-http request shares one key (the proxy's): paced at one request per host, the floor
     would open and close a TCP connection for almost every request (the product keeps its proxy
-    connections the same way, see enrich_crawl.crawl.limiter)."""
+    connections the same way, see enrich_crawl.crawl.downloader)."""
 
     def __init__(self, crawler):
         super().__init__(crawler)

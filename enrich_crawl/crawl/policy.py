@@ -4,7 +4,7 @@ In order, a URL is refused with
 - `invalid_url` when it is not an http(s) URL with a valid host;
 - `private_address` when its host is a loopback, private, link-local or otherwise internal IP
   literal (any spelling), unless ENRICH_ALLOW_PRIVATE=1 (names are checked when they are resolved,
-  see enrich_crawl.crawl.resolver);
+  see enrich_crawl.crawl.dns_resolver);
 - `denied` when its extension is a binary, document or media type, when its host is on the deny
   list (the huge-sites list plus `crawl.deny_domains`) and no mapping claims the URL, when it is
   outside `crawl.allowed_domains`, matches no `crawl.allow` regex (when any) or matches a

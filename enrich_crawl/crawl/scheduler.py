@@ -14,7 +14,7 @@ be sent a request (the slot's last send + its delay), so that:
 - a request whose records are all done is dropped when it comes up, without a fetch;
 - a retry waits out its backoff (`enrich_not_before` in meta) here, not in the downloader.
 
-The downloader (enrich_crawl.crawl.limiter.PoliteDownloader) tells `release()` when a request it
+The downloader (enrich_crawl.crawl.downloader.PoliteDownloader) tells `release()` when a request it
 received is finished, whatever the outcome; the host becomes ready again at last send + delay.
 """
 

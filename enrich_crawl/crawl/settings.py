@@ -69,8 +69,8 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         # our RobotsMiddleware replaces Scrapy's (RFC 9309 error rules, Crawl-delay, caching)
         "ROBOTSTXT_OBEY": False,
         "SCHEDULER": f"{_CRAWL}.scheduler.PoliteScheduler",
-        "DOWNLOADER": f"{_CRAWL}.limiter.PoliteDownloader",
-        "TWISTED_DNS_RESOLVER": f"{_CRAWL}.resolver.PrivateRefusingResolver",
+        "DOWNLOADER": f"{_CRAWL}.downloader.PoliteDownloader",
+        "TWISTED_DNS_RESOLVER": f"{_CRAWL}.dns_resolver.PrivateRefusingResolver",
         "CONCURRENT_REQUESTS": config.concurrent_requests,
         "CONCURRENT_REQUESTS_PER_DOMAIN": 1,  # one request at a time per host
         "DOWNLOAD_DELAY": config.default_delay,

@@ -56,6 +56,7 @@ from enrich_crawl.crawl.frontier import (
     RecordState,
     Waiter,
 )
+from enrich_crawl.crawl.host_limiter import HostLimiter
 from enrich_crawl.crawl.middlewares import ROBOTS_FETCH, RobotsMiddleware, Throttle
 from enrich_crawl.crawl.pagecache import PageCache
 from enrich_crawl.crawl.params import WorkerParams
@@ -77,7 +78,6 @@ from enrich_crawl.crawl.scheduler import PoliteScheduler
 from enrich_crawl.crawl.state import (
     PERMANENT_FAILURES,
     CrawlState,
-    HostLimiter,
     decompress,
     stored_body,
 )

@@ -31,8 +31,8 @@ from scrapy.core.downloader import Downloader
 from scrapy.utils.httpobj import urlparse_cached
 
 from enrich_crawl.crawl.errors import Refused
+from enrich_crawl.crawl.host_limiter import HostBusy, HostLimiter
 from enrich_crawl.crawl.scheduler import NOT_BEFORE, PoliteScheduler
-from enrich_crawl.crawl.state import HostBusy, HostLimiter
 
 if TYPE_CHECKING:
     from scrapy import Request
