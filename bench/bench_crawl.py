@@ -42,7 +42,7 @@ from enrich_crawl.testing.synthweb import (
     run_workers,
     seed_shards,
 )
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NO_DELAY = {"default_delay": 0.0, "max_delay": 0.0, "autothrottle": False}

@@ -75,7 +75,7 @@ def run_bare(built, work: Path, mongo_uri: str, db: str, shards: list[str]) -> d
     from enrich_crawl.dataset.load import prepare_dataset
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
-    from enrich_crawl.testing.web import running_web
+    from enrich_crawl.virtualweb import running_web
 
     spec = load_spec(built.spec)
     stage = DatasetStage(work, spec.name)

@@ -51,7 +51,7 @@ import psutil
 from enrich_crawl.crawl.params import WorkerParams
 from enrich_crawl.testing.jsweb import BENCH_MAPPING, BENCH_STATIC_MAPPING, build_bench_web
 from enrich_crawl.testing.synthweb import seed_shards, write_dataset
-from enrich_crawl.testing.web import running_web
+from enrich_crawl.virtualweb import running_web
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ import pymongo
 import pytest
 
 from enrich_crawl.testing.hostileweb import CRAWL, build_hostile_dataset
-from enrich_crawl.testing.web import read_log, requests_by_host
+from enrich_crawl.virtualweb import read_log, requests_by_host
 from enrich_crawl_tests.conftest import REPO, product_env, run_cli
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from bench.e2e import generate as gen_mod
 from bench.e2e.common import Extractor, load_records, read_results
 from bench.e2e.measure import HostRules, accuracy, request_stats, run_measured
 from enrich_crawl.extract import MappingSet, Page
-from enrich_crawl.testing.web import read_log, running_web
+from enrich_crawl.virtualweb import read_log, running_web
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = gen_mod.GenConfig(seed=7, hosts=14, records=40, plugins=())

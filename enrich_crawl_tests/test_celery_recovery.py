@@ -26,7 +26,7 @@ import yaml
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import crawl_workers
-from enrich_crawl.testing.web import read_log
+from enrich_crawl.virtualweb import read_log
 from enrich_crawl_tests.conftest import REPO, product_env
 
 pytestmark = pytest.mark.slow

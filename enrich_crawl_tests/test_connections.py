@@ -8,7 +8,7 @@ import collections
 
 from enrich_crawl.crawl.robots import MAX_ROBOTS_BYTES
 from enrich_crawl.testing.synthweb import read_candidates, read_outcomes, run_workers, write_dataset
-from enrich_crawl.testing.web import running_web
+from enrich_crawl.virtualweb import running_web
 
 MAPPING = {
     "name": "conn",

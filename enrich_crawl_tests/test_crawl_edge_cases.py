@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from enrich_crawl.testing.synthweb import read_candidates, read_outcomes, run_workers, write_dataset
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 UA = "enrich_crawl/0.1 (+https://example.org/edge-test-bot.html)"
 MAPPING = {

@@ -15,7 +15,7 @@ import dagster as dg
 from enrich_crawl.crawl.params import WorkerParams
 from enrich_crawl.defs.pipes import CrawlProcessClient
 from enrich_crawl.testing.synthweb import read_outcomes, run_workers, seed_shards, write_dataset
-from enrich_crawl.testing.web import running_web
+from enrich_crawl.virtualweb import running_web
 
 MAPPING = {
     "name": "life",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from enrich_crawl.testing.synthweb import read_candidates, read_outcomes, run_workers, write_dataset
-from enrich_crawl.testing.web import running_web
+from enrich_crawl.virtualweb import running_web
 from enrich_crawl_tests.test_crawl_edge_cases import MAPPING
 
 LOCAL_MAPPING = {

@@ -17,7 +17,7 @@ from enrich_crawl.testing.synthweb import (
     read_outcomes,
     run_workers,
 )
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 
 def _gets(log):

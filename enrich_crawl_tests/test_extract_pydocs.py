@@ -11,7 +11,7 @@ import pytest
 
 from enrich_crawl.extract.mapping import MappingSet
 from enrich_crawl.testing import pydocs
-from enrich_crawl.testing.web import running_web
+from enrich_crawl.virtualweb import running_web
 from enrich_crawl_tests.conftest import REPO, product_env, run_cli
 
 REQUIRED_ACCURACY = 0.97

@@ -25,7 +25,7 @@ import pytest
 
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
-from enrich_crawl.testing.web import read_log
+from enrich_crawl.virtualweb import read_log
 from enrich_crawl_tests.conftest import REPO, load_json, product_env, start_cli_run
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from enrich_crawl.testing.synthweb import (
     run_workers,
     write_dataset,
 )
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 
 def make_frontier(**kwargs):

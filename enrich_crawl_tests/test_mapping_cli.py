@@ -179,7 +179,7 @@ def test_test_usage_errors_are_clear(tmp_path):
 
 
 def test_test_fetches_through_the_proxy_and_follows_redirects(tmp_path):
-    from enrich_crawl.testing.web import running_web
+    from enrich_crawl.virtualweb import running_web
 
     web_root = tmp_path / "web"
     site = web_root / "api.registry.example"

@@ -21,7 +21,7 @@ import pytest
 from enrich_crawl.crawl.host_limiter import HostBusy, HostLimiter
 from enrich_crawl.crawl.state import CrawlState
 from enrich_crawl.testing.synthweb import build_synth_web, politeness_violations, run_workers
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 
 @pytest.fixture(scope="module")

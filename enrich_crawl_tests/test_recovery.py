@@ -24,7 +24,7 @@ from enrich_crawl.recovery import BOOT_TAG, HOST_TAG, PID_TAG, boot_id, why_dead
 from enrich_crawl.store.embedded import embedded_mongo_status, stop_embedded_mongo
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
-from enrich_crawl.testing.web import read_log
+from enrich_crawl.virtualweb import read_log
 from enrich_crawl_tests.conftest import product_env, start_cli_run
 
 FLUSH_MARGIN = 5.0  # seconds: pages are persisted in batches every 0.5 s (a loaded machine lags)

@@ -28,7 +28,7 @@ import pytest
 from enrich_crawl.extract.page import Page
 from enrich_crawl.testing.jsweb import FIELDS, MAPPINGS, ROWS, as_static, build_js_web
 from enrich_crawl.testing.synthweb import read_outcomes, run_workers, seed_shards, write_dataset
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 pytestmark = pytest.mark.browser
 

@@ -12,7 +12,7 @@ import pytest
 
 from enrich_crawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsRules, product_token
 from enrich_crawl.testing.synthweb import read_candidates, read_outcomes, run_workers, write_dataset
-from enrich_crawl.testing.web import requests_by_host, running_web
+from enrich_crawl.virtualweb import requests_by_host, running_web
 
 UA = "enrich_crawl/0.1 (+https://example.org/bot.html)"
 

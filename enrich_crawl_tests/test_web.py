@@ -1,4 +1,4 @@
-"""The virtual web server (enrich_crawl.testing.web): files, proxy forms, TLS, behaviours, the log."""
+"""The virtual web server (enrich_crawl.virtualweb): files, proxy forms, TLS, behaviours, the log."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 import requests
 import urllib3
 
-from enrich_crawl.testing.web import (
+from enrich_crawl.virtualweb import (
     HostConfig,
     VirtualWeb,
     read_log,

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
     from enrich_crawl.testing.services import ephemeral_mongo
-    from enrich_crawl.testing.web import read_log, running_web
+    from enrich_crawl.virtualweb import read_log, running_web
 
     say = lambda msg: print(f"[attribution] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     if gen is None:

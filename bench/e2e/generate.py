@@ -3,7 +3,7 @@
 ``generate(GenConfig(seed=1, hosts=1000, records=20000), out_dir)`` writes::
 
     out_dir/
-      web/                 a virtual-web root (enrich_crawl/testing/web.py): ROOT/_web.json + one folder
+      web/                 a virtual-web root (enrich_crawl/virtualweb/): ROOT/_web.json + one folder
                            per host (robots.txt, pages); noise pages are hard links into pool/
       pool/                per-theme boilerplate pages (blog, careers, legal...) linked into the sites
       dataset/records.csv  the dirty table; dataset/bench.yaml its spec; dataset/mappings/*.json

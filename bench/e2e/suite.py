@@ -150,7 +150,7 @@ class Suite:
 
     def run(self) -> dict[str, Any]:
         from enrich_crawl.testing.services import ephemeral_mongo
-        from enrich_crawl.testing.web import running_web
+        from enrich_crawl.virtualweb import running_web
 
         started = time.monotonic()
         gen = self.generate()
@@ -292,7 +292,7 @@ class Suite:
     def _log_stats(
         self, metrics: RunMetrics, ua_prefix: str, default_delay: float, *, web_root: Path
     ) -> dict[str, Any]:
-        from enrich_crawl.testing.web import read_log
+        from enrich_crawl.virtualweb import read_log
 
         entries = select_requests(
             read_log(self.web.log_path),
@@ -432,7 +432,7 @@ class Suite:
         """The product and the Scrapy BFS on the same sample of records, each crawled to the end, on
         the web without delays (pages per record do not depend on delays; BFS to depth 2 of every
         same-host link needs hours per record at 1 s a page). Both see the same web and records."""
-        from enrich_crawl.testing.web import running_web
+        from enrich_crawl.virtualweb import running_web
 
         cfg, procs = self.cfg, self.cfg.processes
         ids = sorted(self.gen.truth())
@@ -610,7 +610,7 @@ class Suite:
     # -- scaling ---------------------------------------------------------------------------------------
 
     def scaling(self) -> dict[str, Any]:
-        from enrich_crawl.testing.web import running_web
+        from enrich_crawl.virtualweb import running_web
 
         truth = self.gen.truth()
         ids = sorted(truth)

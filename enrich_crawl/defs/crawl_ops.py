@@ -182,7 +182,7 @@ def crawl_shard(
             if spec.virtual_web is not None:
                 # the dataset brings its own web (demo, offline tests): serve it for this crawl;
                 # its request log is the server-side evidence the robots check audits
-                from enrich_crawl.testing.web import running_web
+                from enrich_crawl.virtualweb import running_web
 
                 web = stack.enter_context(
                     running_web(spec.virtual_web, log_path=out_dir / WEB_REQUESTS_FILE)

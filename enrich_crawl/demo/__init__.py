@@ -1,6 +1,6 @@
 """The bundled demo dataset (`enrich-crawl demo`): a dirty CSV, its spec, its virtual web, its truth.
 
-`DEMO_DIR/web/<hostname>/...` is served by `enrich_crawl.testing.web`; `expected.json` holds the exact
+`DEMO_DIR/web/<hostname>/...` is served by `enrich_crawl.virtualweb`; `expected.json` holds the exact
 outcome the demo must reach (see README.md in this folder).
 """
 

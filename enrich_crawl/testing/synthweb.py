@@ -431,7 +431,7 @@ def politeness_violations(
     log: list[dict[str, Any]], web: SynthWeb, *, tolerance: float = 0.0
 ) -> dict[str, list[str]]:
     """What a request log shows against robots.txt and the delays, by kind of violation."""
-    from enrich_crawl.testing.web import requests_by_host
+    from enrich_crawl.virtualweb import requests_by_host
 
     problems: dict[str, list[str]] = {"disallowed": [], "robots_not_first": [], "too_close": []}
     for host, entries in requests_by_host(log).items():

@@ -1,0 +1,7 @@
+"""python -m enrich_crawl.virtualweb ROOT ...: serve a virtual web (see enrich_crawl.virtualweb)."""
+
+import sys
+
+from enrich_crawl.virtualweb.server import main
+
+sys.exit(main())
