@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy.core.downloader import Downloader
 from scrapy.utils.httpobj import urlparse_cached
 
+from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.errors import Refused
-from enrich_crawl.crawl.host_limiter import HostBusy, HostLimiter
+from enrich_crawl.crawl.host_limiter import HostBusy
 from enrich_crawl.crawl.scheduler import NOT_BEFORE, PoliteScheduler
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class _LimitedHandlers:
 class PoliteDownloader(Downloader):
     def __init__(self, crawler: Crawler):
         super().__init__(crawler)
-        self.limiter: HostLimiter | None = None  # set by the spider once the state is open
+        self.context = CrawlContext.of(crawler)
         self.handlers = _LimitedHandlers(self.handlers, self)  # type: ignore[assignment]
         self.sent = 0
         self.limiter_wait = 0.0
@@ -145,13 +146,12 @@ class PoliteDownloader(Downloader):
         """`before_send` without awaiting when it needs no database call: True (the shared
         limiter's host is still held from this process's previous request to it), False (no
         shared limiter); None when `before_send` must be awaited."""
-        limiter = self.limiter
+        limiter = self.context.limiter
         shared = limiter is not None and limiter.shared
         key = self._slot_of(request)[0] if shared else ""
         if shared and key not in limiter.held:
             return None
-        unwanted = getattr(self.crawler.spider, "unwanted", None)
-        if unwanted is not None and unwanted(request):
+        if self.context.is_unwanted(request):
             raise Refused("goal_reached")
         if shared and not limiter.keep(key, float(request.meta.get("download_timeout") or 180.0)):
             return None
@@ -161,11 +161,9 @@ class PoliteDownloader(Downloader):
     async def before_send(self, request: Request) -> bool:
         """Right before the send: drop it if nobody needs it, take the host in the shared
         limiter (waiting for other processes); True when the limiter was taken."""
-        spider = self.crawler.spider
-        unwanted = getattr(spider, "unwanted", None)
-        if unwanted is not None and unwanted(request):
+        if self.context.is_unwanted(request):
             raise Refused("goal_reached")
-        limiter = self.limiter
+        limiter = self.context.limiter
         if limiter is None or not limiter.shared:
             self.sent += 1
             return False
@@ -179,7 +177,7 @@ class PoliteDownloader(Downloader):
         if waited > 0:
             self.limiter_wait += waited
             self.crawler.stats.inc_value("enrich/limiter/waited")
-            if unwanted is not None and unwanted(request):
+            if self.context.is_unwanted(request):
                 limiter.done(key, delay, keep=False)
                 raise Refused("goal_reached")
         self.sent += 1
@@ -191,8 +189,9 @@ class PoliteDownloader(Downloader):
         key, slot = self._slot_of(request)
         if slot is not None:
             slot.lastseen = time.monotonic()
-        if held and self.limiter is not None:
+        limiter = self.context.limiter
+        if held and limiter is not None:
             # keep the host: the answer usually brings the next request for it (links found on
             # the page); the limiter hands it back when none comes within the delay
             delay = slot.delay if slot is not None else self._delay
-            self.limiter.done(key, delay, keep=True)
+            limiter.done(key, delay, keep=True)

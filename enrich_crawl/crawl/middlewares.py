@@ -38,6 +38,7 @@ from scrapy.logformatter import LogFormatter
 from scrapy.utils.httpobj import urlparse_cached
 
 from enrich_crawl.config import CrawlConfig
+from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.errors import (
     STOP_REASON,
     Refused,
@@ -94,14 +95,9 @@ BINARY_TYPES = (
 
 
 def crawl_config(crawler: Crawler) -> CrawlConfig:
-    """The crawl's configuration, parsed once per crawler from the ENRICH_CRAWL_CONFIG setting
-    (as scrapy-playwright's Config.from_settings): the one source every component reads; no
-    other setting repeats a field of it."""
-    config = getattr(crawler, "enrich_crawl_config", None)
-    if config is None:
-        config = CrawlConfig.from_mapping(crawler.settings.getdict("ENRICH_CRAWL_CONFIG") or None)
-        crawler.enrich_crawl_config = config  # type: ignore[attr-defined]
-    return config
+    """The crawl's configuration, parsed once per crawler (CrawlContext): the one source every
+    component reads; no other setting repeats a field of it."""
+    return CrawlContext.of(crawler).config
 
 
 class GoalMiddleware:
@@ -116,8 +112,7 @@ class GoalMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        unwanted = getattr(self.crawler.spider, "unwanted", None)
-        if unwanted is not None and unwanted(request):
+        if CrawlContext.of(self.crawler).is_unwanted(request):
             self.crawler.stats.inc_value("enrich/dropped_goal_reached")
             raise Refused("goal_reached")
 
@@ -135,7 +130,7 @@ class UrlPolicyMiddleware:
         )
 
     def _claimed(self, url: str) -> bool:
-        claims = getattr(self.crawler.spider, "claims", None)
+        claims = CrawlContext.of(self.crawler).claims
         return bool(claims is not None and claims(url))
 
     @classmethod
@@ -178,9 +173,6 @@ class RobotsMiddleware:
     @staticmethod
     def of(crawler: Crawler) -> RobotsMiddleware | None:
         return getattr(crawler, "enrich_robots", None)
-
-    def _spider_attr(self, name: str) -> Any:
-        return getattr(self.crawler.spider, name, None)
 
     async def process_request(self, request: Request) -> None:
         if request.meta.get(ROBOTS_FETCH):
@@ -229,17 +221,18 @@ class RobotsMiddleware:
         self.rules[rules.origin] = rules
         while len(self.rules) > self.MAX_ORIGINS_IN_MEMORY:
             _, old = self.rules.popitem(last=False)
-            spill = self._spider_attr("pages")
+            spill = CrawlContext.of(self.crawler).pages
             if spill is not None:  # the run's scratch store: never fetched twice in a run
                 spill.put_robots(old.to_doc())
 
     async def _load(self, origin: str) -> RobotsRules:
-        spill = self._spider_attr("pages")
+        context = CrawlContext.of(self.crawler)
+        spill = context.pages
         if spill is not None:
             doc = spill.get_robots(origin)
             if doc is not None:
                 return RobotsRules.from_doc(doc)
-        state = self._spider_attr("state")
+        state = context.state
         if state is not None:
             cached = await state.robots_get(origin, self.ttl)
             if cached is not None:

@@ -47,6 +47,7 @@ from enrich_crawl.contracts import (
     RecordOutcomeLine,
     crawl_outcome,
 )
+from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.errors import reason_for_exception
 from enrich_crawl.crawl.frontier import (
     PRIORITY_GENERIC_LINK,
@@ -225,6 +226,11 @@ class EnrichSpider(scrapy.Spider):
     @classmethod
     def from_crawler(cls, crawler, *args: Any, **kwargs: Any) -> EnrichSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
+        # what the other components ask of the spider, they find in the crawl's context
+        context = CrawlContext.of(crawler)
+        context.pages = spider.pages
+        context.unwanted = spider.unwanted
+        context.claims = spider.claims
         crawler.signals.connect(spider._closed, signal=signals.spider_closed)
         crawler.signals.connect(spider._idle, signal=signals.spider_idle)
         return spider
@@ -247,13 +253,14 @@ class EnrichSpider(scrapy.Spider):
             await state.close()
             return
         self.state = state
+        context = CrawlContext.of(self.crawler)
+        context.state = state
         if self.config.shared_limiter:
-            downloader = self.crawler.engine.downloader
             limiter = HostLimiter(state, max_wait=max(self.config.max_delay * 10, 600.0))
             scheduler = PoliteScheduler.of(self.crawler)
             if scheduler is not None:
                 limiter.has_work = scheduler.has_work
-            downloader.limiter = limiter
+            context.limiter = limiter
 
     # -- feeding records -------------------------------------------------------------------------
 
@@ -1010,8 +1017,7 @@ class EnrichSpider(scrapy.Spider):
         robots = RobotsMiddleware.of(crawler) if crawler else None
         throttle = Throttle.of(crawler) if crawler else None
         scheduler = PoliteScheduler.of(crawler) if crawler else None
-        downloader = crawler.engine.downloader if crawler and crawler.engine else None
-        limiter: HostLimiter | None = getattr(downloader, "limiter", None)
+        limiter = CrawlContext.of(crawler).limiter if crawler else None
         robots_stats = dict(robots.stats) if robots else {}
         limiter_stats: dict[str, Any] = {"shared": bool(limiter and limiter.shared)}
         if limiter is not None:
