@@ -4,6 +4,7 @@ enrich-crawl demo                                   the main job on the bundled 
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
 enrich-crawl mapping check [DIR]
 enrich-crawl mapping test MAPPING --url URL | --file PAGE --base-url URL [--fragment F]
+enrich-crawl ui [--port P]                          the Dagster UI on the home's instance
 enrich-crawl mongo status|stop                      the embedded MongoDB of this instance
 enrich-crawl export --dataset SPEC.yaml [--out FILE] [--format F] [--lineage] [--status S ...]
 """
@@ -28,29 +29,21 @@ def _run(
     spec_path: Path, mappings: Path | None, *, demo: bool = False, verbose: bool = False
 ) -> int:
     from enrich_crawl import config
-    from enrich_crawl.dataset.spec import SpecError, load_spec
-    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
+    from enrich_crawl.preflight import PreflightError, preflight
     from enrich_crawl.runner import (
         collection_status,
         ensure_dagster_home,
+        home_prefix,
         print_summary,
         run_enrich_job,
     )
 
     try:
-        spec = load_spec(spec_path)
-    except SpecError as exc:
+        checked = preflight(spec_path, mappings or config.mappings_dir())
+    except PreflightError as exc:
         _err(str(exc))
         return 2
-    mappings_dir = mappings or config.mappings_dir()
-    try:
-        MappingSet.load(mappings_dir)
-    except MappingLoadError as exc:
-        _err(
-            f"{exc}\n(fix the mappings, or check them with: enrich-crawl mapping check "
-            f"{mappings_dir})"
-        )
-        return 2
+    spec, mappings_dir = checked.spec, checked.mappings_dir
     home = ensure_dagster_home()
     sys.stderr.write(
         f"enrich_job: dataset {spec.name} ({spec.path}), mappings {mappings_dir}, instance {home}\n"
@@ -69,15 +62,19 @@ def _run(
         results = f"{redact_uri(uri)}  database {mongo.database_name()}, collection {spec.name}" + (
             ""
             if os.environ.get("MONGODB_URI")
-            else "  (embedded server; stop it with: enrich-crawl mongo stop)"
+            else f"  (embedded server; stop it with: {home_prefix()}enrich-crawl mongo stop)"
         )
     except Exception as exc:  # the summary still prints what it can
         results = f"MongoDB not reachable: {exc}"
     print_summary(outcome, sys.stdout, status=status, results=results)
     if demo and outcome.success:
+        from enrich_crawl.demo import DEMO_DIR
+
+        # absolute paths: the hint works as printed from any folder
         sys.stdout.write(
-            "  try              enrich-crawl mapping test mappings/demo_directory.json --url "
-            "http://directory.example/orgs.html#org-ORG-012 (needs the demo web: see README)\n"
+            f"  try               enrich-crawl mapping test {mappings_dir / 'demo_directory.json'} "
+            f"--file {DEMO_DIR / 'web' / 'directory.example' / 'orgs.html'} "
+            "--base-url http://directory.example/orgs.html#org-ORG-012\n"
         )
     return 0 if outcome.success else 1
 
@@ -264,6 +261,36 @@ def cmd_mapping_test(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the Dagster UI --------------------------------------------------------------------------------
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """`dagster dev` on the home's instance with the project's definitions, from any folder."""
+    from enrich_crawl.runner import ensure_dagster_home
+
+    home = ensure_dagster_home()
+    command = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-m",
+        "enrich_crawl.definitions",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
+    sys.stderr.write(
+        f"Dagster UI on http://{args.host}:{args.port}  (instance {home}; Ctrl-C stops it)\n"
+    )
+    sys.stderr.flush()
+    # run in the home: a dagster.yaml or .env of the current folder is not this instance's
+    os.chdir(home)
+    os.execv(sys.executable, command)
+    return 0  # not reached
+
+
 # -- embedded mongo --------------------------------------------------------------------------------
 
 
@@ -382,6 +409,13 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--force", action="store_true", help="run even if url_patterns do not match")
     test.set_defaults(func=cmd_mapping_test)
 
+    ui = sub.add_parser(
+        "ui", help="open the Dagster UI on the runs of this home (every folder's runs)"
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=3000, help="port (default 3000)")
+    ui.set_defaults(func=cmd_ui)
+
     mongo = sub.add_parser(
         "mongo", help="the embedded MongoDB server (used when MONGODB_URI is unset)"
     )
@@ -421,6 +455,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except Exception as exc:  # a few lines here; the whole traceback in the log file
+        from enrich_crawl.preflight import first_line, log_exception
+
+        log = log_exception(exc, f"enrich-crawl {args.command}")
+        _err(f"{type(exc).__name__}: {first_line(str(exc))}")
+        _err(f"(the full trace is in {log})")
+        return 1
 
 
 if __name__ == "__main__":

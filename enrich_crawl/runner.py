@@ -1,14 +1,15 @@
 """Run `enrich_job` through Dagster from the command line, with progress and a summary.
 
 Used by `enrich-crawl run` and `enrich-crawl demo`: the run is a real Dagster run in the instance
-(DAGSTER_HOME; a project-local SQLite instance `.dagster_home/` when unset), visible afterwards in
-`dagster dev`.
+of the home (DAGSTER_HOME, else the per-user `~/.local/share/enrich_crawl`, whatever the working
+folder), visible afterwards in `enrich-crawl ui`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -20,11 +21,27 @@ from typing import Any, TextIO
 
 from enrich_crawl.staging import DatasetStage, read_jsonl
 
-LOCAL_HOME = ".dagster_home"
 LOCAL_INSTANCE_YAML = """\
-# Local instance created by enrich-crawl (SQLite storage under this folder).
-# For production use the repository's dagster.yaml (PostgreSQL), see README.md.
+# The instance of enrich_crawl's home, written by enrich-crawl (docs/running.md "The home").
+# Storage: SQLite in this folder, or PostgreSQL when DAGSTER_PG_* are set
+# (enrich_crawl.defs.instance.HomeStorage); the runs' files and step logs in this folder too.
+storage:
+  custom:
+    module: enrich_crawl.defs.instance
+    class: HomeStorage
+    config: {}
+local_artifact_storage:
+  module: enrich_crawl.defs.instance
+  class: HomeArtifactStorage
+  config: {}
+compute_logs:
+  module: enrich_crawl.defs.instance
+  class: HomeComputeLogManager
+  config: {}
 telemetry:
+  enabled: false
+# no "join the community" pop-up over the UI
+nux:
   enabled: false
 python_logs:
   python_log_level: INFO
@@ -49,15 +66,17 @@ INIT_LOCK = ".enrich_crawl_init.lock"
 
 
 def ensure_dagster_home(*, initialise: bool = True) -> Path:
-    """DAGSTER_HOME, or a project-local `.dagster_home` (created) when unset.
+    """The home (DAGSTER_HOME, else the per-user default of `config.home()`), created with its
+    dagster.yaml when new, and exported as DAGSTER_HOME for the processes of the run.
 
     With `initialise`, the instance's storage is set up once, here, before anything uses it
     concurrently: several processes opening a new SQLite instance at once (two `enrich-crawl run`,
     the run and its step processes) race to create its tables and stamp its migrations ("table
     alembic_version already exists", "more than one head"). A file lock makes one process do it;
     a mark (the hash of dagster.yaml) spares the others and later calls the work."""
-    raw = os.environ.get("DAGSTER_HOME")
-    home = Path(raw).expanduser().resolve() if raw else (Path.cwd() / LOCAL_HOME).resolve()
+    from enrich_crawl import config as settings
+
+    home = settings.home()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
@@ -74,13 +93,37 @@ def ensure_dagster_home(*, initialise: bool = True) -> Path:
     return home
 
 
+def home_prefix() -> str:
+    """What a printed command needs in front to reach this home: nothing for the default home,
+    `DAGSTER_HOME=... ` (and `ENRICH_WORK_DIR=... `) when they were set, so hints work as printed
+    from any shell."""
+    from enrich_crawl import config as settings
+
+    parts = []
+    if settings.home() != settings.default_home():
+        parts.append(f"DAGSTER_HOME={shlex.quote(str(settings.home()))}")
+    if os.environ.get("ENRICH_WORK_DIR"):
+        parts.append(f"ENRICH_WORK_DIR={shlex.quote(str(settings.work_dir()))}")
+    return "".join(part + " " for part in parts)
+
+
 def _config_digest(home: Path) -> str:
     import hashlib
 
+    from enrich_crawl import config as settings
+
     try:
-        return hashlib.sha1((home / "dagster.yaml").read_bytes()).hexdigest()
+        text = (home / "dagster.yaml").read_bytes()
     except OSError:
         return ""
+    # the storage HomeStorage picks (SQLite, or which PostgreSQL) is part of what was set up
+    try:
+        postgres = settings.postgres_settings() or {}
+    except ValueError:
+        postgres = {}
+    where = "|".join(postgres.get(k, "") for k in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT",
+                                                     "DAGSTER_PG_DB"))
+    return hashlib.sha1(text + where.encode()).hexdigest()
 
 
 def initialise_instance(home: Path) -> bool:
@@ -439,6 +482,5 @@ def print_summary(
         out(f"  reason            {outcome.failure}\n")
     if results:
         out(f"  results           {results}\n")
-    home = os.environ.get("DAGSTER_HOME", "")
-    out(f"  Dagster UI        DAGSTER_HOME={home} dagster dev   (http://127.0.0.1:3000)\n")
+    out(f"  Dagster UI        {home_prefix()}enrich-crawl ui   (http://127.0.0.1:3000)\n")
     stream.flush()
