@@ -31,7 +31,6 @@ def _run(
     from enrich_crawl import config
     from enrich_crawl.preflight import PreflightError, preflight
     from enrich_crawl.runner import (
-        collection_status,
         ensure_dagster_home,
         home_prefix,
         print_summary,
@@ -50,23 +49,8 @@ def _run(
     )
     outcome = run_enrich_job(spec.path, mappings_dir, stream=sys.stderr, verbose=verbose)
 
-    status: dict[str, int] | None = None
-    results = None
-    try:
-        from enrich_crawl.defs.resources import MongoResource
-        from enrich_crawl.store.mongo import redact_uri
-
-        mongo = MongoResource()
-        uri = mongo.effective_uri()
-        status = collection_status(uri, mongo.database_name(), spec.name)
-        results = f"{redact_uri(uri)}  database {mongo.database_name()}, collection {spec.name}" + (
-            ""
-            if os.environ.get("MONGODB_URI")
-            else f"  (embedded server; stop it with: {home_prefix()}enrich-crawl mongo stop)"
-        )
-    except Exception as exc:  # the summary still prints what it can
-        results = f"MongoDB not reachable: {exc}"
-    print_summary(outcome, sys.stdout, status=status, results=results)
+    counts, results = _run_counts(spec, checked.mongo_uri, home_prefix())
+    print_summary(outcome, sys.stdout, counts=counts, results=results)
     if demo and outcome.success:
         from enrich_crawl.demo import DEMO_DIR
 
@@ -76,7 +60,38 @@ def _run(
             f"--file {DEMO_DIR / 'web' / 'directory.example' / 'orgs.html'} "
             "--base-url http://directory.example/orgs.html#org-ORG-012\n"
         )
-    return 0 if outcome.success else 1
+    if not outcome.success:
+        return 1
+    # a failed check of severity ERROR fails the command even though the run completed
+    return 3 if outcome.error_checks else 0
+
+
+def _run_counts(spec, uri: str, prefix: str) -> tuple[dict | None, str]:
+    """The run's counts (enrich_crawl.counts, the same as the UI's) and where the results are."""
+    from enrich_crawl import config
+    from enrich_crawl.counts import PROJECTION, run_counts
+    from enrich_crawl.preflight import first_line
+    from enrich_crawl.staging import DatasetStage, read_json
+    from enrich_crawl.store.mongo import connect, redact_uri
+
+    database = os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+    stage = DatasetStage(config.work_dir(), spec.name)
+    where = f"{redact_uri(uri)}  database {database}, collection {spec.name}"
+    if not os.environ.get("MONGODB_URI"):
+        where += f"  (embedded server; stop it with: {prefix}enrich-crawl mongo stop)"
+    client = connect(uri, serverSelectionTimeoutMS=5000, connectTimeoutMS=5000)
+    try:
+        manifest = read_json(stage.seed_manifest) if stage.seed_manifest.exists() else {}
+        stats = [stage.crawl_stats(key) for key in sorted(manifest.get("shards") or {})]
+        counts = run_counts(
+            client[database][spec.name].find({}, PROJECTION), list(spec.fields), stats
+        )
+        return counts, where
+    except Exception as exc:  # the summary still prints what it can
+        reason = first_line(str(exc).split(", Timeout:")[0])
+        return None, f"MongoDB not reachable ({where}): {reason}"
+    finally:
+        client.close()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -141,7 +141,9 @@ def check_mappings(mappings_dir: Path):
         lines = [*shown]
         tail = f"enrich-crawl mapping check {mappings_dir}"
         lines.append(
-            f"({more} more problem(s): {tail})" if more > 0 else f"(refused; check them with: {tail})"
+            f"({more} more problem(s): {tail})"
+            if more > 0
+            else f"(refused; check them with: {tail})"
         )
         raise PreflightError("mappings", "\n".join(lines)) from None
 
@@ -186,8 +188,8 @@ def check_mongo(database: str) -> str:
         uri = resolve_uri(given, config.work_dir() / "mongo")
     except EmbeddedMongoError as exc:
         raise PreflightError(
-            "mongodb", f"the embedded MongoDB (database {database}) did not start: "
-            f"{first_line(str(exc))}"
+            "mongodb",
+            f"the embedded MongoDB (database {database}) did not start: {first_line(str(exc))}",
         ) from None
     ms = int(SERVICE_TIMEOUT_SECONDS * 1000)
     client = connect(uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from enrich_crawl.staging import DatasetStage, read_jsonl
+from enrich_crawl.staging import DatasetStage
 
 LOCAL_INSTANCE_YAML = """\
 # The instance of enrich_crawl's home, written by enrich-crawl (docs/running.md "The home").
@@ -121,8 +121,9 @@ def _config_digest(home: Path) -> str:
         postgres = settings.postgres_settings() or {}
     except ValueError:
         postgres = {}
-    where = "|".join(postgres.get(k, "") for k in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT",
-                                                     "DAGSTER_PG_DB"))
+    where = "|".join(
+        postgres.get(k, "") for k in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB")
+    )
     return hashlib.sha1(text + where.encode()).hexdigest()
 
 
@@ -177,6 +178,12 @@ class RunOutcome:
     seconds: float
     summary: dict[str, Any] = field(default_factory=dict)
     failure: str = ""
+    checks: list[dict[str, Any]] = field(default_factory=list)  # failed asset checks
+
+    @property
+    def error_checks(self) -> list[dict[str, Any]]:
+        """Failed checks of severity ERROR: they fail the command (non-zero exit)."""
+        return [c for c in self.checks if c["severity"] == "ERROR"]
 
 
 class Progress:
@@ -352,6 +359,18 @@ def run_enrich_job(
         failure=result.get("failure", ""),
     )
     outcome.summary = summarize(stage)
+    if outcome.run_id:
+        try:
+            outcome.checks = failed_checks(outcome.run_id)
+        except Exception as exc:  # the summary says so rather than hiding the checks
+            outcome.checks = [
+                {
+                    "check": "?",
+                    "asset": "?",
+                    "severity": "WARN",
+                    "description": f"could not read the run's checks: {exc}",
+                }
+            ]
     return outcome
 
 
@@ -384,39 +403,83 @@ def _interrupt_when_canceled(invocation: str, done: threading.Event, poll: float
                 return
 
 
+# Dagster's wrappers around the exception that made a step fail: the reason is the cause inside
+_WRAPPERS = ("DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
+_OWN_ERRORS = (
+    "Failure",
+    "DatasetError",
+    "SpecError",
+    "MergeError",
+    "MappingLoadError",
+    "EmbeddedMongoError",
+    "ReadError",
+)
+
+
+def root_cause(error: Any) -> str:
+    """The message of the exception a step raised (its first line), from Dagster's
+    SerializableErrorInfo chain: not the wrapper's "Error occurred while executing op ..."."""
+    while error is not None:
+        cls = error.cls_name or ""
+        head = (error.message or "").strip().split("\n", 1)[0]
+        if cls not in _WRAPPERS and head:
+            # messages read "module.Class: text"
+            name, sep, text = head.partition(": ")
+            if sep and name.rsplit(".", 1)[-1] == cls:
+                head = text
+            # our own errors name the file/key/service already; others say what they are
+            return head if cls in _OWN_ERRORS else f"{cls}: {head}"
+        error = error.cause or getattr(error, "context", None)
+    return ""
+
+
 def _failure_reason(run: Any) -> str:
     lines = []
     for event in run.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            error = event.step_failure_data.error
-            lines.append(f"step {event.step_key} failed: {error.message.strip()}")
-    return "\n".join(lines[:10]) or "the run failed"
+            reason = root_cause(event.step_failure_data.error) or "failed"
+            lines.append(f"step {event.step_key} failed: {reason}")
+    return "\n".join(dict.fromkeys(lines[:10])) or "the run failed"
+
+
+def failed_checks(run_id: str) -> list[dict[str, Any]]:
+    """The asset checks of the run that failed: [{check, asset, severity, description}]."""
+    import dagster as dg
+
+    failed = []
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION, limit=1000
+        ).records
+        for record in records:
+            event = record.event_log_entry.dagster_event
+            evaluation = event.event_specific_data if event else None
+            if evaluation is None or evaluation.passed:
+                continue
+            failed.append(
+                {
+                    "check": evaluation.check_name,
+                    "asset": evaluation.asset_key.to_user_string(),
+                    "severity": evaluation.severity.value,
+                    "description": evaluation.description or "",
+                }
+            )
+    # one line per check (a partitioned asset's check may be evaluated once per partition)
+    return list({(c["asset"], c["check"]): c for c in failed}.values())
 
 
 def summarize(stage: DatasetStage) -> dict[str, Any]:
-    """Records, fields resolved, pages fetched and errors by kind, from the staged results."""
+    """The seed's figures (rows, usable records, rejected), and the staged fallbacks of the
+    run's counts (used only when MongoDB cannot be read: enrich_crawl.counts is the definition)."""
     summary: dict[str, Any] = {"dataset": stage.dataset}
     manifest = _read(stage.seed_manifest)
     if manifest is None:
         return summary
     profile = manifest["profile"]
     summary.update(rows=profile["rows"], records=profile["usable"], rejected=profile["rejected"])
-    errors: Counter[str] = Counter()
-    fields_resolved: Counter[str] = Counter()
-    pages = 0
-    for shard in manifest["shards"]:
-        pages += (_read(stage.crawl_stats(shard)) or {}).get("pages", 0)
-        for line in read_jsonl(stage.resolved(shard)):
-            for error in line.get("errors", []):
-                errors[error.get("reason", "error")] += 1
-            for name in line.get("fields", {}):
-                fields_resolved[name] += 1
-    summary.update(
-        pages=pages,
-        fields_resolved=sum(fields_resolved.values()),
-        fields=dict(fields_resolved),
-        errors=dict(errors),
-    )
+    from enrich_crawl.counts import pages_fetched
+
+    summary["pages"] = pages_fetched(stage.crawl_stats(shard) for shard in manifest["shards"])
     return summary
 
 
@@ -438,44 +501,49 @@ def print_summary(
     outcome: RunOutcome,
     stream: TextIO,
     *,
-    status: dict[str, int] | None = None,
+    counts: dict[str, Any] | None = None,
     results: str | None = None,
 ) -> None:
+    """The summary: records, status, the counts of enrich_crawl.counts, failed checks, reason."""
     s = outcome.summary
     out = stream.write
-    out(
-        f"\nenrich_job {'succeeded' if outcome.success else 'FAILED'}"
-        f"{'  run ' + outcome.run_id if outcome.run_id else ''}\n"
-    )
+    verdict = "succeeded" if outcome.success else "FAILED"
+    if outcome.success and outcome.error_checks:
+        verdict = "succeeded, but ERROR check(s) failed"
+    out(f"\nenrich_job {verdict}{'  run ' + outcome.run_id if outcome.run_id else ''}\n")
     if "records" in s:
-        resolved = (status or {}).get("resolved", 0)
         out(
             f"  records           {s['records']} usable of {s['rows']} rows "
             f"({s['rejected']} rejected, reasons in the seed_dataset metadata)\n"
         )
-        if status:
-            out(
-                "  status            "
-                + ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
-                + "\n"
-            )
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(s.get("fields", {}).items()))
+    if counts:
         out(
-            f"  fields resolved   {s.get('fields_resolved', 0)}"
-            + (f" ({detail})" if detail else "")
+            "  status            "
+            + (", ".join(f"{k} {v}" for k, v in counts["status"].items()) or "no documents")
             + "\n"
         )
-        out(f"  pages fetched     {s.get('pages', 0)}\n")
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(counts["fields"].items()) if v)
+        out(f"  fields resolved   {counts['fields_resolved']}" + (f" ({detail})" if detail else ""))
+        out("\n")
+        out(f"  pages fetched     {counts['pages']}\n")
+        ratio = counts["pages_per_resolved_record"]
         out(
             "  pages/resolved    "
-            + (f"{s.get('pages', 0) / resolved:.2f}" if resolved else "n/a")
-            + "\n"
+            + (f"{ratio:.2f}" if ratio is not None else "n/a")
+            + "  (pages fetched / records resolved)\n"
         )
-        errors = s.get("errors") or {}
+        errors = counts["errors"]
         out(
             "  errors by kind    "
-            + (", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none")
+            + (", ".join(f"{k} {v}" for k, v in errors.items()) or "none")
             + "\n"
+        )
+    elif "pages" in s:
+        out(f"  pages fetched     {s['pages']}\n")
+    for check in outcome.checks:
+        out(
+            f"  check failed      {check['check']} ({check['asset']}, {check['severity']}): "
+            f"{check['description']}\n"
         )
     out(f"  time              {outcome.seconds:.1f} s\n")
     if not outcome.success:
