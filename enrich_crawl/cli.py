@@ -47,7 +47,14 @@ def _run(
     sys.stderr.write(
         f"enrich_job: dataset {spec.name} ({spec.path}), mappings {mappings_dir}, instance {home}\n"
     )
-    outcome = run_enrich_job(spec.path, mappings_dir, stream=sys.stderr, verbose=verbose)
+    outcome = run_enrich_job(
+        spec.path,
+        mappings_dir,
+        stream=sys.stderr,
+        verbose=verbose,
+        mongo_uri=checked.mongo_uri,
+        mongo_database=checked.mongo_database,
+    )
 
     counts, results = _run_counts(spec, checked.mongo_uri, home_prefix())
     print_summary(outcome, sys.stdout, counts=counts, results=results)

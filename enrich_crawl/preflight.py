@@ -173,7 +173,10 @@ def check_postgres() -> str | None:
         )
         conn.close()
     except Exception as exc:
-        reason = first_line(str(exc)).replace(settings["DAGSTER_PG_PASSWORD"] or "\0", "***")
+        reason = first_line(str(exc))
+        password = settings["DAGSTER_PG_PASSWORD"]
+        if len(password) >= 4:  # shorter ones would blank out ordinary words
+            reason = reason.replace(password, "***")
         raise PreflightError("postgres", f"{where} not reachable: {reason}") from None
     return where
 
@@ -196,7 +199,8 @@ def check_mongo(database: str) -> str:
     try:
         client.admin.command("ping")
     except Exception as exc:
-        reason = first_line(scrub(str(exc).split(", Timeout:")[0], given))
+        text = str(exc).split(", Timeout:")[0].split(" (configured timeouts")[0]
+        reason = first_line(scrub(text, given))
         raise PreflightError(
             "mongodb",
             f"MongoDB {redact_uri(uri)} (database {database}, MONGODB_URI) not reachable: {reason}",

@@ -272,8 +272,14 @@ def run_enrich_job(
     *,
     stream: TextIO = sys.stderr,
     verbose: bool = False,
+    mongo_uri: str | None = None,
+    mongo_database: str = "",
 ) -> RunOutcome:
-    """Execute enrich_job for one dataset in the current instance; blocks until it ends."""
+    """Execute enrich_job for one dataset in the current instance; blocks until it ends.
+
+    With `mongo_uri`, the results database is watched while the run goes on: lost for
+    MONGO_LOST_AFTER seconds, the run is stopped and fails naming it (instead of crawling on with
+    nowhere to put the results and failing minutes later at the merge)."""
     ensure_dagster_home()
     import dagster as dg
 
@@ -294,7 +300,9 @@ def run_enrich_job(
             # crawl logs stay in the instance (dagster dev) either way
             "crawler": {"config": {"log_level": "INFO" if verbose else "ERROR"}},
         },
-        "loggers": {"console": {"config": {"log_level": "INFO" if verbose else "ERROR"}}},
+        # failures reach the terminal as the summary's reason (the full traces go to the log
+        # file it names, and stay in the run's event log): no stack traces on the terminal
+        "loggers": {"console": {"config": {"log_level": "INFO" if verbose else "CRITICAL"}}},
     }
     stage = DatasetStage(config.work_dir(), spec.name)
     progress = Progress(stage, stream)
@@ -324,6 +332,16 @@ def run_enrich_job(
     )
     shower = threading.Thread(target=show_progress, name="progress", daemon=True)
     shower.start()
+    lost: dict[str, str] = {}
+    mongo_watch = None
+    if mongo_uri:
+        mongo_watch = threading.Thread(
+            target=_interrupt_when_mongo_lost,
+            args=(mongo_uri, mongo_database, done, lost),
+            name="mongo-watch",
+            daemon=True,
+        )
+        mongo_watch.start()
     try:
         with dg.DagsterInstance.get() as instance:
             # started once this instance has set its storage up: two first openings of a new
@@ -348,6 +366,8 @@ def run_enrich_job(
         shower.join(timeout=5)
         if watcher.is_alive():
             watcher.join(timeout=5)
+    if lost:  # the root cause, whatever the interrupted steps said
+        result.update(success=False, failure=lost["message"])
     if not result.get("run_id"):
         result["run_id"] = _run_id_of(invocation)
     progress.show(final=True)
@@ -404,7 +424,12 @@ def _interrupt_when_canceled(invocation: str, done: threading.Event, poll: float
 
 
 # Dagster's wrappers around the exception that made a step fail: the reason is the cause inside
-_WRAPPERS = ("DagsterExecutionStepExecutionError", "DagsterUserCodeExecutionError")
+_WRAPPERS = (
+    "DagsterExecutionStepExecutionError",
+    "DagsterUserCodeExecutionError",
+    "RetryRequestedFromPolicy",
+    "RetryRequested",
+)
 _OWN_ERRORS = (
     "Failure",
     "DatasetError",
@@ -433,13 +458,73 @@ def root_cause(error: Any) -> str:
     return ""
 
 
+# the results database unreachable this long (consecutive failed pings) stops the run
+MONGO_LOST_AFTER = 15.0
+MONGO_PING_EVERY = 3.0
+
+
+def _interrupt_when_mongo_lost(
+    uri: str, database: str, done: threading.Event, lost: dict[str, str]
+) -> None:
+    """Interrupt this process (as Ctrl-C would: every step and crawl process stops, what was
+    crawled stays staged) when MongoDB at `uri` stops answering for MONGO_LOST_AFTER seconds."""
+    from dagster._utils import send_interrupt
+
+    from enrich_crawl.store.embedded import mongo_ping
+    from enrich_crawl.store.mongo import redact_uri
+
+    failing_since: float | None = None
+    while not done.wait(MONGO_PING_EVERY):
+        if mongo_ping(uri, timeout=2.0):
+            failing_since = None
+            continue
+        now = time.monotonic()
+        failing_since = failing_since or now
+        if now - failing_since >= MONGO_LOST_AFTER and not done.is_set():
+            lost["message"] = (
+                f"MongoDB {redact_uri(uri)} (database {database}) lost mid-run: no answer for "
+                f"{MONGO_LOST_AFTER:.0f} s, the run was stopped. What was crawled stays staged "
+                "and in the crawl store: run the same command again when MongoDB is back."
+            )
+            send_interrupt()
+            return
+
+
 def _failure_reason(run: Any) -> str:
+    """One line per failed step: its own exception's message; the full traces go to the log file
+    (named on the last line)."""
     lines = []
+    traces = []
     for event in run.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            reason = root_cause(event.step_failure_data.error) or "failed"
+            error = event.step_failure_data.error
+            reason = root_cause(error) or "failed"
             lines.append(f"step {event.step_key} failed: {reason}")
-    return "\n".join(dict.fromkeys(lines[:10])) or "the run failed"
+            traces.append(f"step {event.step_key} of run {run.run_id}:\n{error.to_string()}")
+    if not lines:
+        return "the run failed"
+    log = _log_traces(traces)
+    shown = list(dict.fromkeys(lines))[:3]
+    if len(lines) > len(shown):
+        shown.append(f"... {len(lines) - len(shown)} more failed step(s)")
+    return "\n                    ".join(shown) + (f"\n  full traces       {log}" if log else "")
+
+
+def _log_traces(traces: list[str]) -> str:
+    import datetime as dt
+
+    from enrich_crawl.preflight import log_file
+
+    path = log_file()
+    stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            for trace in traces:
+                fh.write(f"--- {stamp} {trace}\n")
+    except OSError:
+        return ""
+    return str(path)
 
 
 def failed_checks(run_id: str) -> list[dict[str, Any]]:

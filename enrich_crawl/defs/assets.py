@@ -247,6 +247,9 @@ def enriched_records(
                 "staged": dg.MetadataValue.path(str(stage.resolved(todo[0]).parent)),
                 "rerun": rerun_command(todo),
             },
+            # the merge already retried for half a minute: retrying the step would only make the
+            # user wait minutes to learn that the database is down
+            allow_retries=False,
         ) from None
     finally:
         client.close()
