@@ -221,8 +221,17 @@ def test_dagster_commands_in_the_project_root_use_the_same_home(first_hour):
     env = dict(first_hour.env)
     assert "DAGSTER_HOME" not in env and "DAGSTER_PG_HOST" not in env
     job = subprocess.run(
-        [sys.executable, "-m", "dagster", "job", "execute", "-m", "enrich_crawl.definitions"]
-        + ["-j", "enrich_job"],
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "job",
+            "execute",
+            "-m",
+            "enrich_crawl.definitions",
+            "-j",
+            "enrich_job",
+        ],
         env=env,
         cwd=clone,
         capture_output=True,
