@@ -61,6 +61,14 @@ concurrency:
 """
 
 
+def instance_yaml(home: Path) -> str:
+    """LOCAL_INSTANCE_YAML naming `home` itself: the instance is the same whoever opens it
+    (`DagsterInstance.from_config(home)` from a process with another DAGSTER_HOME, or none)."""
+    return LOCAL_INSTANCE_YAML.replace(
+        "config: {}", f"config: {{base_dir: {json.dumps(str(home))}}}"
+    )
+
+
 INIT_MARK = ".enrich_crawl_initialised"  # in the home: storage set up for this dagster.yaml
 INIT_LOCK = ".enrich_crawl_init.lock"
 
@@ -82,7 +90,7 @@ def ensure_dagster_home(*, initialise: bool = True) -> Path:
     if not config.exists():
         # written whole under a temporary name: a concurrent reader never sees half a file
         tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
-        tmp.write_text(LOCAL_INSTANCE_YAML, encoding="utf-8")
+        tmp.write_text(instance_yaml(home), encoding="utf-8")
         if not config.exists():
             tmp.replace(config)
         else:
