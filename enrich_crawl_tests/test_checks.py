@@ -218,6 +218,7 @@ def test_checks_pass_on_sound_data(seeded, mongo_client, mongo_db_name):
     result, evaluations = _run_checks(resources, instance)
     assert {name: e.passed for name, e in evaluations.items()} == {
         "seed_profile": True,
+        "seed_data_quality": True,
         "every_shard_crawled": True,
         "no_robots_violations": True,
         "resolution_rate": True,
