@@ -294,6 +294,7 @@ def test_seed_profile_fails_when_the_seed_rejects_too_much(tmp_path, mongo_serve
             e.event_specific_data
             for e in result.all_events
             if e.event_type_value == "ASSET_CHECK_EVALUATION"
+            and e.event_specific_data.check_name == "seed_profile"
         ]
-        assert evaluation.check_name == "seed_profile" and not evaluation.passed
+        assert not evaluation.passed
         assert evaluation.metadata["rejected_rows"].value == 6
