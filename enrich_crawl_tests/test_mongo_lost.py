@@ -1,6 +1,6 @@
 """MongoDB gone: before a run, the command fails at once naming it; lost in the middle of a crawl,
 the run is stopped within a minute naming the database, and the next run (MongoDB back, same data)
-completes. A real nx-27017 server of the test's own is stopped and started again (same port, same
+fetches none of the pages the first one crawled (they were kept on disk and stored first). A real nx-27017 server of the test's own is stopped and started again (same port, same
 data); the demo dataset crawls its virtual web."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_mongodb_down_before_the_run_fails_at_once_naming_it(tmp_path, own_mongo
     assert any("MongoDB" in line and db in line and "not reachable" in line for line in out), out
 
 
-def test_mongodb_lost_mid_crawl_stops_the_run_within_a_minute_and_the_next_run_completes(
+def test_mongodb_lost_mid_crawl_stops_the_run_and_the_next_run_refetches_nothing(
     tmp_path, own_mongo
 ):
     db = f"lost_{uuid.uuid4().hex[:6]}"
@@ -116,3 +116,5 @@ def test_mongodb_lost_mid_crawl_stops_the_run_within_a_minute_and_the_next_run_c
     )
     assert again.returncode == 0, again.stdout + again.stderr
     assert "enrich_job succeeded" in again.stdout
+    refetched = crawled & _fetched_pages(crawl_dir)
+    assert not refetched, sorted(refetched)

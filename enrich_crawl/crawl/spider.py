@@ -72,6 +72,7 @@ from enrich_crawl.crawl.state import (
     CrawlState,
     HostLimiter,
     decompress,
+    spill_dir,
     stored_body,
 )
 from enrich_crawl.dataset.seedfile import read_seed_shard
@@ -232,6 +233,7 @@ class EnrichSpider(scrapy.Spider):
         # unique per process: limiter tokens of two runs of one partition never collide
         worker = f"{self.params.partition}@{socket.gethostname()}:{os.getpid()}"
         state = CrawlState(uri, self.params.mongo_db, worker=worker)
+        state.spill_dir = spill_dir(self.params.out_dir, self.params.mongo_db)
         try:
             await state.open()
             await asyncio.wait_for(state.db.command("ping"), 15)
@@ -240,6 +242,10 @@ class EnrichSpider(scrapy.Spider):
             await state.close()
             return
         self.state = state
+        # pages an earlier crawl fetched while the database was away: stored first, not refetched
+        replayed = await state.replay_spilled_pages()
+        if replayed:
+            logger.info("%d page(s) kept on disk by an earlier crawl stored", replayed)
         if self.config.shared_limiter:
             downloader = self.crawler.engine.downloader
             limiter = HostLimiter(state, max_wait=max(self.config.max_delay * 10, 600.0))
