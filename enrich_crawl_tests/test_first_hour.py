@@ -243,6 +243,23 @@ def test_dagster_commands_in_the_project_root_use_the_same_home(first_hour):
         runs = instance.get_runs()
     assert sum(1 for r in runs if r.job_name == "enrich_job") >= 3  # demo, run, job execute
     assert runs[0].status == dg.DagsterRunStatus.SUCCESS
+    select = ["-m", "enrich_crawl.definitions", "--select", "seed_dataset"]
+    materialize = subprocess.run(
+        [sys.executable, "-m", "dagster", "asset", "materialize", *select],
+        env=env,
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert materialize.returncode == 0, materialize.stdout[-3000:] + materialize.stderr[-3000:]
+    with dg.DagsterInstance.from_config(str(first_hour.home)) as instance:
+        latest = instance.get_runs(limit=1)[0]
+        seeded = instance.get_latest_materialization_event(dg.AssetKey("seed_dataset"))
+    assert latest.status == dg.DagsterRunStatus.SUCCESS and latest.run_id not in {
+        r.run_id for r in runs
+    }
+    assert seeded.run_id == latest.run_id
 
     port = _free_port()
     log_path = first_hour.root / "dev.log"
