@@ -119,6 +119,17 @@ def work_dir() -> Path:
     return home() / "storage" / "enrich_crawl"
 
 
+def dagster_env_prefix() -> str:
+    """What a printed `dagster ...` command needs in front to act on this home from any folder
+    (without DAGSTER_HOME, Dagster would use a temporary instance there)."""
+    import shlex
+
+    prefix = f"DAGSTER_HOME={shlex.quote(str(home()))} "
+    if os.environ.get("ENRICH_WORK_DIR"):
+        prefix += f"ENRICH_WORK_DIR={shlex.quote(str(work_dir()))} "
+    return prefix
+
+
 # the PostgreSQL settings of the Dagster instance (SPEC section 5): all of them, or none
 POSTGRES_VARIABLES = (
     "DAGSTER_PG_HOST",

@@ -9,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.crawl_ops import crawl_shard, plan_crawl_shards, summarize_crawl
 from enrich_crawl.defs.partitions import SHARD_KEYS, shards
 from enrich_crawl.defs.resources import (
@@ -238,7 +239,7 @@ def enriched_records(
                 f"{reason}. Nothing is lost: the crawl's results stay staged in "
                 f"{stage.resolved(todo[0]).parent}. When MongoDB is back, re-run just the merge "
                 f"(no re-crawl; records already written are not duplicated): "
-                f"{rerun_command(todo)}"
+                f"{config.dagster_env_prefix()}{rerun_command(todo)}"
             ),
             metadata={
                 "partitions_merged": ", ".join(done) or "-",

@@ -21,6 +21,7 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.assets import crawl_results, enriched_records, seed_dataset
 from enrich_crawl.defs.crawl_ops import FAILURE_FILE
 from enrich_crawl.defs.partitions import shards_of_run
@@ -200,7 +201,8 @@ def every_shard_crawled(
         raise dg.Failure(
             description=f"{spec.name}: the crawl of shard(s) {', '.join(sorted(failed))} failed "
             f"after retries: {'; '.join(f'{k}: {v}' for k, v in sorted(failed.items()))}. The "
-            "other shards were resolved and merged. Re-run the failed shard(s) with: dagster "
+            "other shards were resolved and merged. Re-run the failed shard(s) with: "
+            f"{config.dagster_env_prefix()}dagster "
             "asset materialize -m enrich_crawl.definitions --select 'crawl_results*' "
             f"--partition {sorted(failed)[0]}",
             allow_retries=False,
