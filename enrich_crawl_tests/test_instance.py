@@ -81,3 +81,36 @@ def test_dagster_pg_partly_set_is_an_error_naming_what_is_missing(tmp_path):
         ):
             instance.get_runs(limit=1)
         assert "DAGSTER_PG_USER" in str(raised.value)
+
+
+def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_path):
+    from enrich_crawl.dataset.load import DatasetError
+    from enrich_crawl.runner import _failure_reason
+
+    @dg.asset
+    def table_asset():
+        raise DatasetError("/data/t.csv: cannot read the table: permission denied")
+
+    @dg.asset(retry_policy=dg.RetryPolicy(max_retries=1))
+    def merge_asset():
+        raise dg.Failure(description="MongoDB lost (database results)", allow_retries=False)
+
+    @dg.asset
+    def plain_asset():
+        raise KeyError("city")
+
+    with _environ(XDG_DATA_HOME=str(tmp_path / "xdg")), dg.instance_for_test() as instance:
+        for asset, expected in (
+            (table_asset, "/data/t.csv: cannot read the table: permission denied"),
+            (merge_asset, "MongoDB lost (database results)"),
+            (plain_asset, "KeyError: 'city'"),
+        ):
+            result = dg.materialize([asset], instance=instance, raise_on_error=False)
+            reason = _failure_reason(result)
+            first = reason.splitlines()[0]
+            assert first == f"step {asset.key.to_user_string()} failed: {expected}", reason
+            assert "Error occurred while executing" not in reason
+            # the home is the test instance's (instance_for_test sets DAGSTER_HOME)
+            log = config.home() / "logs" / "enrich-crawl.log"
+            assert reason.splitlines()[-1].split()[-1] == str(log)
+        assert "Stack Trace" in log.read_text() and "KeyError" in log.read_text()
