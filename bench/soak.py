@@ -2,7 +2,7 @@
 
     python -m bench.soak --runs 20 --seed 1 [--hosts-per-shard 2] [--records-per-host 6]
 
-Not part of CI: a documented command (README "Reliability"). One MongoDB-wire server (nx-27017,
+Not part of CI: a documented command (docs/reliability.md). One MongoDB-wire server (nx-27017,
 data on disk so that it can be restarted), one local Dagster instance, one generated dataset whose
 virtual web (enrich_crawl.testing.politeweb) the crawl steps serve. Every run is `enrich-crawl run`
 (enrich_job: seed -> crawl -> resolve -> merge -> checks), as the nightly schedule launches it; the

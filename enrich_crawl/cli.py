@@ -1,4 +1,4 @@
-"""The `enrich-crawl` console script (SPEC section 4).
+"""The `enrich-crawl` console script (README.md, docs/mappings.md, docs/results.md).
 
 enrich-crawl demo                                   the main job on the bundled demo
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
@@ -31,8 +31,8 @@ def _run(
     from enrich_crawl import config
     from enrich_crawl.preflight import PreflightError, preflight
     from enrich_crawl.runner import (
+        enrich_crawl_hint,
         ensure_dagster_home,
-        home_prefix,
         print_summary,
         run_enrich_job,
     )
@@ -56,14 +56,16 @@ def _run(
         mongo_database=checked.mongo_database,
     )
 
-    counts, results = _run_counts(spec, checked.mongo_uri, home_prefix())
+    counts, results = _run_counts(spec, checked.mongo_uri, enrich_crawl_hint("mongo stop"))
     print_summary(outcome, sys.stdout, counts=counts, results=results)
     if demo and outcome.success:
+        from enrich_crawl.console import command
         from enrich_crawl.demo import DEMO_DIR
 
         # absolute paths: the hint works as printed from any folder
         sys.stdout.write(
-            f"  try               enrich-crawl mapping test {mappings_dir / 'demo_directory.json'} "
+            f"  try               {command('enrich-crawl')} mapping test "
+            f"{mappings_dir / 'demo_directory.json'} "
             f"--file {DEMO_DIR / 'web' / 'directory.example' / 'orgs.html'} "
             "--base-url http://directory.example/orgs.html#org-ORG-012\n"
         )
@@ -73,7 +75,7 @@ def _run(
     return 3 if outcome.error_checks else 0
 
 
-def _run_counts(spec, uri: str, prefix: str) -> tuple[dict | None, str]:
+def _run_counts(spec, uri: str, stop_hint: str) -> tuple[dict | None, str]:
     """The run's counts (enrich_crawl.counts, the same as the UI's) and where the results are."""
     from enrich_crawl import config
     from enrich_crawl.counts import PROJECTION, run_counts
@@ -85,7 +87,7 @@ def _run_counts(spec, uri: str, prefix: str) -> tuple[dict | None, str]:
     stage = DatasetStage(config.work_dir(), spec.name)
     where = f"{redact_uri(uri)}  database {database}, collection {spec.name}"
     if not os.environ.get("MONGODB_URI"):
-        where += f"  (embedded server; stop it with: {prefix}enrich-crawl mongo stop)"
+        where += f"  (embedded server; stop it with: {stop_hint})"
     client = connect(uri, serverSelectionTimeoutMS=5000, connectTimeoutMS=5000)
     try:
         manifest = read_json(stage.seed_manifest) if stage.seed_manifest.exists() else {}
@@ -214,8 +216,34 @@ def _guess_content_type(path: Path) -> str:
     return "text/html"
 
 
+def _not_on_page_hints(page, fragment: str, record_id: str) -> list[str]:
+    """Why a page may have given no field: the fragment names no element of the page (the usual
+    cause when mappings select `//*[@id=$fragment]`), or the record id is nowhere in its text."""
+    import difflib
+
+    hints = []
+    tree = page.tree
+    if fragment and tree is not None and page.kind == "html":
+        ids = [str(v) for v in tree.xpath("//@id | //a/@name")]
+        if fragment not in ids:
+            near = difflib.get_close_matches(fragment, ids, n=5, cutoff=0.6)
+            if not near:
+                lowered = fragment.lower()
+                near = [i for i in ids if lowered in i.lower() or i.lower() in lowered][:5]
+            if near:
+                listed = f"ids nearby: {', '.join(near)}"
+            elif ids:
+                listed = f"{len(ids)} ids on the page, e.g. {', '.join(ids[:5])}"
+            else:
+                listed = "the page has no id at all"
+            hints.append(f"no element of the page has the id {fragment!r} ($fragment); {listed}")
+    if record_id and record_id not in page.text:
+        hints.append(f"the record id {record_id!r} ($id) does not occur in the page's text")
+    return hints
+
+
 def cmd_mapping_test(args: argparse.Namespace) -> int:
-    """Run mappings on one page and print {"mappings", "fields", "links"} (SPEC section 4)."""
+    """Run mappings on one page and print {"mappings", "fields", "links"}."""
     from enrich_crawl.extract.mapping import MappingLoadError, MappingSet, try_mappings
     from enrich_crawl.extract.page import Page
     from enrich_crawl.urls import fragment_of, without_fragment
@@ -274,6 +302,9 @@ def cmd_mapping_test(args: argparse.Namespace) -> int:
     )
     for error in errors:
         sys.stderr.write(f"error: {error}\n")
+    if output["mappings"] and not output["fields"]:
+        for hint in _not_on_page_hints(page, fragment, args.id or ""):
+            sys.stderr.write(f"note: {hint}\n")
     if not output["mappings"]:
         match_url = final + (f"#{fragment}" if fragment else "")
         sys.stderr.write(

@@ -101,6 +101,14 @@ def ensure_dagster_home(*, initialise: bool = True) -> Path:
     return home
 
 
+def enrich_crawl_hint(arguments: str) -> str:
+    """An `enrich-crawl ARGUMENTS` command to print, spelled so that it works when pasted: this
+    home's variables in front, the console script as PATH finds it (enrich_crawl.console)."""
+    from enrich_crawl.console import command
+
+    return f"{home_prefix()}{command('enrich-crawl')} {arguments}"
+
+
 def home_prefix() -> str:
     """What a printed command needs in front to reach this home: nothing for the default home,
     `DAGSTER_HOME=... ` (and `ENRICH_WORK_DIR=... `) when they were set, so hints work as printed
@@ -643,5 +651,5 @@ def print_summary(
         out(f"  reason            {outcome.failure}\n")
     if results:
         out(f"  results           {results}\n")
-    out(f"  Dagster UI        {home_prefix()}enrich-crawl ui   (http://127.0.0.1:3000)\n")
+    out(f"  Dagster UI        {enrich_crawl_hint('ui')}   (http://127.0.0.1:3000)\n")
     stream.flush()

@@ -1,6 +1,6 @@
 """URL handling shared by the loader, the extractor and the crawler.
 
-Reasons returned here use the vocabulary of SPEC section 6 (`invalid_url`, ...), followed by a short
+Reasons returned here use the reasons of a result document's `errors` (`invalid_url`, ...), followed by a short
 explanation after a colon.
 """
 
@@ -32,7 +32,7 @@ WEB_SCHEMES = ("http", "https")
 
 
 def split_url_cell(cell: object) -> list[str]:
-    """A cell may hold several URLs split on whitespace, ',' or ';' (SPEC section 2)."""
+    """A cell may hold several URLs split on whitespace, ',' or ';'."""
     if cell is None:
         return []
     if isinstance(cell, (list, tuple)):

@@ -100,7 +100,7 @@ def records_of_shard(records: list[BenchRecord], index: int, count: int) -> list
 
 
 # --------------------------------------------------------------------------------------------------
-# robots.txt, by the same rules as the product (RFC 9309 + SPEC section 5)
+# robots.txt, by the same rules as the product (RFC 9309, docs/crawling.md)
 
 
 @dataclass

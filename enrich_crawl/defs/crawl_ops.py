@@ -97,7 +97,7 @@ def crawl_budget(
 def plan_crawl_shards(context: dg.OpExecutionContext, dataset: DatasetResource):
     """One dynamic output per shard of the run's partitions, once the mappings are known valid.
 
-    An invalid mapping is refused here, before any crawl starts (SPEC section 3), with its file,
+    An invalid mapping is refused here, before any crawl starts, with its file,
     JSON path and reason, whatever launched the run (UI, schedule, sensor, `dagster job execute`):
     a crawl process would only skip it and log the reason where nobody looks.
     """

@@ -1,4 +1,4 @@
-"""Mappings: load, validate and compile `mappings/*.json`, and run them on pages (SPEC section 3).
+"""Mappings: load, validate and compile `mappings/*.json`, and run them on pages (docs/mappings.md).
 
 Loading is strict and complete: a mapping is checked against the JSON Schema
 (`mappings/mapping.schema.json`, generated from the processor registry), then compiled (regexes,
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
-from enrich_crawl.extract.errors import MappingError, schema_problems
+from enrich_crawl.extract.errors import MappingError, json_syntax_problem, schema_problems
 from enrich_crawl.extract.page import Page
 from enrich_crawl.extract.processors import (
     PAGE,
@@ -324,15 +324,14 @@ class MappingSet:
 def load_mapping_file(path: str | Path) -> Mapping:
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text)
     except OSError as exc:
         raise MappingError(f"{path}: $", f"cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise MappingError(f"{path}: $", f"not UTF-8 text: {exc}") from exc
     except json.JSONDecodeError as exc:
-        raise MappingError(
-            f"{path}: $", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from exc
+        raise MappingError(f"{path}: $", json_syntax_problem(text, exc)) from exc
     return compile_mapping(raw, path)
 
 

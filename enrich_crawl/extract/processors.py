@@ -1,4 +1,5 @@
-"""The processor registry of the mapping language (SPEC section 3).
+"""The processor registry of the mapping language (docs/mappings.md, whose processor reference
+is generated from it by `enrich_crawl.extract.reference`).
 
 A processor is compiled once, at mapping load time, from its `parameters` into a function
 `(values, ctx) -> values` over a list. Parameters are checked against the processor's JSON Schema
@@ -381,6 +382,20 @@ def _check_xpath_names(expression: str, namespaces: dict[str, str] | None) -> st
     return None
 
 
+def _xpath_error_position(exc: lxml.etree.XPathSyntaxError, expression: str) -> str:
+    """Where libxml2 stopped reading the expression (its error log has the 0-based offset), so
+    "Invalid predicate" comes with the spot to look at."""
+    columns = [entry.column for entry in exc.error_log if entry.domain_name == "XPATH"]
+    if not columns or columns[-1] < 0:
+        return ""
+    column = columns[-1]
+    if column >= len(expression):
+        return " at the end of the expression (an unclosed bracket, parenthesis or quote?)"
+    if column == 0:
+        return " at character 1"
+    return f" at character {column + 1}, after {expression[:column]!r}"
+
+
 def _compile_xpath(
     expression: str, where: str, namespaces: dict[str, str] | None = None, *, what: str = "XPath"
 ) -> lxml.etree.XPath:
@@ -391,7 +406,9 @@ def _compile_xpath(
     try:
         xpath = lxml.etree.XPath(expression, smart_strings=False, namespaces=namespaces)
     except lxml.etree.XPathSyntaxError as exc:
-        raise MappingError(where, f"invalid {what} {expression!r}: {exc}") from exc
+        # the position is only meaningful in an expression the user wrote (not a translated CSS)
+        position = _xpath_error_position(exc, expression) if what == "XPath" else ""
+        raise MappingError(where, f"invalid {what} {expression!r}: {exc}{position}") from exc
     problem = _check_xpath_names(expression, namespaces)
     if problem:
         raise MappingError(where, f"invalid {what} {expression!r}: {problem}")
