@@ -132,7 +132,7 @@ def dagster_env_prefix() -> str:
     return prefix
 
 
-# the PostgreSQL settings of the Dagster instance (SPEC section 5): all of them, or none
+# the PostgreSQL settings of the Dagster instance: all of them, or none
 POSTGRES_VARIABLES = (
     "DAGSTER_PG_HOST",
     "DAGSTER_PG_PORT",
