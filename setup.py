@@ -38,6 +38,7 @@ setup(
         "regex>=2024.4",
         "tldextract>=5",
         "w3lib>=2.1",
+        "ada-url>=4.0",
         "protego>=0.3",
         "charset-normalizer>=3",
         "psutil>=5.9",

@@ -7,6 +7,7 @@ enrich-crawl mapping test MAPPING --url URL | --file PAGE --base-url URL [--frag
 enrich-crawl ui [--port P]                          the Dagster UI on the home's instance
 enrich-crawl mongo status|stop                      the embedded MongoDB of this instance
 enrich-crawl export --dataset SPEC.yaml [--out FILE] [--format F] [--lineage] [--status S ...]
+enrich-crawl worker -y celery.yaml [-n NAME] [-- CELERY ARGS]   a Celery worker (exec'd)
 """
 
 from __future__ import annotations
@@ -498,7 +499,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--db", help="database (default: MONGODB_DB or enrich_crawl)")
     export.set_defaults(func=cmd_export)
+
+    worker = sub.add_parser(
+        "worker",
+        help="become a Celery worker for enrich_job's steps (ENRICH_EXECUTOR=celery); SIGTERM to "
+        "it is a warm shutdown",
+    )
+    worker.add_argument("-y", "--config-yaml", help="YAML with the executor's execution.config")
+    worker.add_argument("-n", "--name", help="worker name (default: enrich-<host>-<pid>)")
+    worker.add_argument("-q", "--queue", action="append", default=[], help="queue (repeatable)")
+    worker.add_argument("-l", "--loglevel", default="INFO")
+    worker.add_argument("celery_args", nargs="*", help="after --: passed to `celery worker`")
+    worker.set_defaults(func=cmd_worker)
     return parser
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from enrich_crawl.celery_worker import WorkerConfigError, exec_worker
+
+    try:
+        exec_worker(
+            Path(args.config_yaml) if args.config_yaml else None,
+            args.name,
+            args.queue,
+            args.loglevel,
+            args.celery_args,
+        )
+    except WorkerConfigError as exc:
+        _err(str(exc))
+        return 2
+    return 0  # not reached: the process is the worker now
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 from enrich_crawl.extract.errors import MappingError, json_syntax_problem, schema_problems
 from enrich_crawl.extract.page import Page
@@ -31,7 +30,7 @@ from enrich_crawl.extract.processors import (
     compile_regex,
 )
 from enrich_crawl.extract.vocabulary import FIELD_TYPES, RENDER_MODES
-from enrich_crawl.urls import normalise_link
+from enrich_crawl.urls import resolve_link
 from enrich_crawl.values import coerce
 
 __all__ = [
@@ -379,7 +378,8 @@ def _typed(values: list[Any], ftype: str | None) -> tuple[Any, str | None]:
 
 
 def extract_links(mapping: Mapping, page: Page, ctx: Context) -> list[str]:
-    """The url_parsers' values as absolute, w3lib-canonical http(s) URLs, deduplicated."""
+    """The url_parsers' values as absolute http(s) URLs, resolved as a browser resolves them
+    (against the page's URL or its `<base href>`), deduplicated."""
     links: list[str] = []
     seen: set[str] = set()
     base = page.base_url
@@ -390,10 +390,7 @@ def extract_links(mapping: Mapping, page: Page, ctx: Context) -> list[str]:
             text = text.strip() if text else ""
             if not text or text == "#":
                 continue
-            try:
-                url, _reason = normalise_link(urljoin(base, text))
-            except ValueError:
-                url = None
+            url, _reason = resolve_link(base, text)
             if url is not None and url not in seen:
                 seen.add(url)
                 links.append(url)

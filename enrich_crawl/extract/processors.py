@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import jsonschema
 import lxml.etree
@@ -43,6 +43,7 @@ from enrich_crawl.extract.errors import (
     schema_problems,
 )
 from enrich_crawl.extract.regex_safety import backtracking_hazard
+from enrich_crawl.urls import join_url
 from enrich_crawl.values import clean_text, parse_bool, parse_date, parse_number
 
 __all__ = [
@@ -1105,10 +1106,11 @@ def _urljoin(params: dict[str, Any], where: str) -> Fn:
             text = text.strip()
             if not text:
                 continue
-            try:
-                out.append(urljoin(base, text))
-            except ValueError:  # e.g. an invalid IPv6 literal
+            url = join_url(base, text)  # as a browser resolves a link
+            if url is None:  # e.g. an invalid IPv6 literal
                 ctx.error(f"urljoin: not a URL: {text[:80]!r}")
+            else:
+                out.append(url)
         return out
 
     return run
