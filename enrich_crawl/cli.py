@@ -4,6 +4,7 @@ enrich-crawl demo                                   the main job on the bundled 
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
 enrich-crawl mapping check [DIR]
 enrich-crawl mapping test MAPPING --url URL | --file PAGE --base-url URL [--fragment F]
+enrich-crawl ui [--port P]                          the Dagster UI on the home's instance
 enrich-crawl mongo status|stop                      the embedded MongoDB of this instance
 enrich-crawl export --dataset SPEC.yaml [--out FILE] [--format F] [--lineage] [--status S ...]
 enrich-crawl worker -y celery.yaml [-n NAME] [-- CELERY ARGS]   a Celery worker (exec'd)
@@ -29,62 +30,78 @@ def _run(
     spec_path: Path, mappings: Path | None, *, demo: bool = False, verbose: bool = False
 ) -> int:
     from enrich_crawl import config
-    from enrich_crawl.dataset.spec import SpecError, load_spec
-    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
+    from enrich_crawl.preflight import PreflightError, preflight
     from enrich_crawl.runner import (
-        collection_status,
+        enrich_crawl_hint,
         ensure_dagster_home,
         print_summary,
         run_enrich_job,
     )
 
     try:
-        spec = load_spec(spec_path)
-    except SpecError as exc:
+        checked = preflight(spec_path, mappings or config.mappings_dir())
+    except PreflightError as exc:
         _err(str(exc))
         return 2
-    mappings_dir = mappings or config.mappings_dir()
-    try:
-        MappingSet.load(mappings_dir)
-    except MappingLoadError as exc:
-        _err(
-            f"{exc}\n(fix the mappings, or check them with: enrich-crawl mapping check "
-            f"{mappings_dir})"
-        )
-        return 2
+    spec, mappings_dir = checked.spec, checked.mappings_dir
     home = ensure_dagster_home()
     sys.stderr.write(
         f"enrich_job: dataset {spec.name} ({spec.path}), mappings {mappings_dir}, instance {home}\n"
     )
-    outcome = run_enrich_job(spec.path, mappings_dir, stream=sys.stderr, verbose=verbose)
+    outcome = run_enrich_job(
+        spec.path,
+        mappings_dir,
+        stream=sys.stderr,
+        verbose=verbose,
+        mongo_uri=checked.mongo_uri,
+        mongo_database=checked.mongo_database,
+    )
 
-    status: dict[str, int] | None = None
-    results = None
-    try:
-        from enrich_crawl.defs.resources import MongoResource
-        from enrich_crawl.store.mongo import redact_uri
-
-        mongo = MongoResource()
-        uri = mongo.effective_uri()
-        status = collection_status(uri, mongo.database_name(), spec.name)
-        results = f"{redact_uri(uri)}  database {mongo.database_name()}, collection {spec.name}" + (
-            ""
-            if os.environ.get("MONGODB_URI")
-            else "  (embedded server; stop it with: enrich-crawl mongo stop)"
-        )
-    except Exception as exc:  # the summary still prints what it can
-        results = f"MongoDB not reachable: {exc}"
-    print_summary(outcome, sys.stdout, status=status, results=results)
+    counts, results = _run_counts(spec, checked.mongo_uri, enrich_crawl_hint("mongo stop"))
+    print_summary(outcome, sys.stdout, counts=counts, results=results)
     if demo and outcome.success:
         from enrich_crawl.console import command
+        from enrich_crawl.demo import DEMO_DIR
 
+        # absolute paths: the hint works as printed from any folder
         sys.stdout.write(
-            f"  try              {command('enrich-crawl')} mapping test "
-            "mappings/demo_directory.json --url "
-            "http://directory.example/orgs.html#org-ORG-012 "
-            "(needs the demo web: see enrich_crawl/demo/README.md)\n"
+            f"  try               {command('enrich-crawl')} mapping test "
+            f"{mappings_dir / 'demo_directory.json'} "
+            f"--file {DEMO_DIR / 'web' / 'directory.example' / 'orgs.html'} "
+            "--base-url http://directory.example/orgs.html#org-ORG-012\n"
         )
-    return 0 if outcome.success else 1
+    if not outcome.success:
+        return 1
+    # a failed check of severity ERROR fails the command even though the run completed
+    return 3 if outcome.error_checks else 0
+
+
+def _run_counts(spec, uri: str, stop_hint: str) -> tuple[dict | None, str]:
+    """The run's counts (enrich_crawl.counts, the same as the UI's) and where the results are."""
+    from enrich_crawl import config
+    from enrich_crawl.counts import PROJECTION, run_counts
+    from enrich_crawl.preflight import first_line
+    from enrich_crawl.staging import DatasetStage, read_json
+    from enrich_crawl.store.mongo import connect, redact_uri
+
+    database = os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+    stage = DatasetStage(config.work_dir(), spec.name)
+    where = f"{redact_uri(uri)}  database {database}, collection {spec.name}"
+    if not os.environ.get("MONGODB_URI"):
+        where += f"  (embedded server; stop it with: {stop_hint})"
+    client = connect(uri, serverSelectionTimeoutMS=5000, connectTimeoutMS=5000)
+    try:
+        manifest = read_json(stage.seed_manifest) if stage.seed_manifest.exists() else {}
+        stats = [stage.crawl_stats(key) for key in sorted(manifest.get("shards") or {})]
+        counts = run_counts(
+            client[database][spec.name].find({}, PROJECTION), list(spec.fields), stats
+        )
+        return counts, where
+    except Exception as exc:  # the summary still prints what it can
+        reason = first_line(str(exc).split(", Timeout:")[0])
+        return None, f"MongoDB not reachable ({where}): {reason}"
+    finally:
+        client.close()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -298,6 +315,36 @@ def cmd_mapping_test(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the Dagster UI --------------------------------------------------------------------------------
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """`dagster dev` on the home's instance with the project's definitions, from any folder."""
+    from enrich_crawl.runner import ensure_dagster_home
+
+    home = ensure_dagster_home()
+    command = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-m",
+        "enrich_crawl.definitions",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
+    sys.stderr.write(
+        f"Dagster UI on http://{args.host}:{args.port}  (instance {home}; Ctrl-C stops it)\n"
+    )
+    sys.stderr.flush()
+    # run in the home: a dagster.yaml or .env of the current folder is not this instance's
+    os.chdir(home)
+    os.execv(sys.executable, command)
+    return 0  # not reached
+
+
 # -- embedded mongo --------------------------------------------------------------------------------
 
 
@@ -416,6 +463,13 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--force", action="store_true", help="run even if url_patterns do not match")
     test.set_defaults(func=cmd_mapping_test)
 
+    ui = sub.add_parser(
+        "ui", help="open the Dagster UI on the runs of this home (every folder's runs)"
+    )
+    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=3000, help="port (default 3000)")
+    ui.set_defaults(func=cmd_ui)
+
     mongo = sub.add_parser(
         "mongo", help="the embedded MongoDB server (used when MONGODB_URI is unset)"
     )
@@ -484,6 +538,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except Exception as exc:  # a few lines here; the whole traceback in the log file
+        from enrich_crawl.preflight import first_line, log_exception
+
+        log = log_exception(exc, f"enrich-crawl {args.command}")
+        _err(f"{type(exc).__name__}: {first_line(str(exc))}")
+        _err(f"(the full trace is in {log})")
+        return 1
 
 
 if __name__ == "__main__":

@@ -99,15 +99,63 @@ def dagster_home() -> Path | None:
     return Path(raw).expanduser().resolve() if raw else None
 
 
+def default_home() -> Path:
+    """The per-user home used when DAGSTER_HOME is unset: `$XDG_DATA_HOME/enrich_crawl`
+    (`~/.local/share/enrich_crawl`). One place whatever the working folder, so runs started from
+    any folder share one Dagster instance, one staging area and one embedded MongoDB."""
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return (base / "enrich_crawl").resolve()
+
+
+def home() -> Path:
+    """The home of the Dagster instance: DAGSTER_HOME, else the per-user default."""
+    return dagster_home() or default_home()
+
+
 def work_dir() -> Path:
-    """The staging area (ENRICH_WORK_DIR, default $DAGSTER_HOME/storage/enrich_crawl)."""
+    """The staging area (ENRICH_WORK_DIR, default <home>/storage/enrich_crawl)."""
     raw = os.environ.get("ENRICH_WORK_DIR")
     if raw:
         return Path(raw).expanduser().resolve()
-    home = dagster_home()
-    if home is not None:
-        return home / "storage" / "enrich_crawl"
-    return Path.cwd() / ".dagster_home" / "storage" / "enrich_crawl"
+    return home() / "storage" / "enrich_crawl"
+
+
+def dagster_env_prefix() -> str:
+    """What a printed `dagster ...` command needs in front to act on this home from any folder
+    (without DAGSTER_HOME, Dagster would use a temporary instance there)."""
+    import shlex
+
+    prefix = f"DAGSTER_HOME={shlex.quote(str(home()))} "
+    if os.environ.get("ENRICH_WORK_DIR"):
+        prefix += f"ENRICH_WORK_DIR={shlex.quote(str(work_dir()))} "
+    return prefix
+
+
+# the PostgreSQL settings of the Dagster instance: all of them, or none
+POSTGRES_VARIABLES = (
+    "DAGSTER_PG_HOST",
+    "DAGSTER_PG_PORT",
+    "DAGSTER_PG_USER",
+    "DAGSTER_PG_PASSWORD",
+    "DAGSTER_PG_DB",
+)
+
+
+def postgres_settings() -> dict[str, str] | None:
+    """The DAGSTER_PG_* settings when any is set (the instance then uses PostgreSQL), else None.
+    Raises ValueError naming the missing variables when only some are set."""
+    values = {name: os.environ.get(name, "") for name in POSTGRES_VARIABLES}
+    if not any(value.strip() for value in values.values()):
+        return None
+    # an empty password is legitimate (trust authentication); the others are not
+    missing = [n for n, v in values.items() if not v.strip() and n != "DAGSTER_PG_PASSWORD"]
+    if missing:
+        raise ValueError(
+            f"DAGSTER_PG_* is partly set: {', '.join(missing)} missing (set all of "
+            f"{', '.join(POSTGRES_VARIABLES)} to use PostgreSQL, or none for the local default)"
+        )
+    return values
 
 
 @dataclass(frozen=True)
@@ -234,4 +282,3 @@ class CrawlConfig:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
-

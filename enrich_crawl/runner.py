@@ -1,14 +1,15 @@
 """Run `enrich_job` through Dagster from the command line, with progress and a summary.
 
 Used by `enrich-crawl run` and `enrich-crawl demo`: the run is a real Dagster run in the instance
-(DAGSTER_HOME; a project-local SQLite instance `.dagster_home/` when unset), visible afterwards in
-`dagster dev`.
+of the home (DAGSTER_HOME, else the per-user `~/.local/share/enrich_crawl`, whatever the working
+folder), visible afterwards in `enrich-crawl ui`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -18,13 +19,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from enrich_crawl.staging import DatasetStage, read_jsonl
+from enrich_crawl.staging import DatasetStage
 
-LOCAL_HOME = ".dagster_home"
 LOCAL_INSTANCE_YAML = """\
-# Local instance created by enrich-crawl (SQLite storage under this folder).
-# For production use the repository's dagster.yaml (PostgreSQL), see docs/operations.md.
+# The instance of enrich_crawl's home, written by enrich-crawl (docs/running.md "The home").
+# Storage: SQLite in this folder, or PostgreSQL when DAGSTER_PG_* are set
+# (enrich_crawl.defs.instance.HomeStorage); the runs' files and step logs in this folder too.
+storage:
+  custom:
+    module: enrich_crawl.defs.instance
+    class: HomeStorage
+    config: {}
+local_artifact_storage:
+  module: enrich_crawl.defs.instance
+  class: HomeArtifactStorage
+  config: {}
+compute_logs:
+  module: enrich_crawl.defs.instance
+  class: HomeComputeLogManager
+  config: {}
 telemetry:
+  enabled: false
+# no "join the community" pop-up over the UI
+nux:
   enabled: false
 python_logs:
   python_log_level: INFO
@@ -44,26 +61,36 @@ concurrency:
 """
 
 
+def instance_yaml(home: Path) -> str:
+    """LOCAL_INSTANCE_YAML naming `home` itself: the instance is the same whoever opens it
+    (`DagsterInstance.from_config(home)` from a process with another DAGSTER_HOME, or none)."""
+    return LOCAL_INSTANCE_YAML.replace(
+        "config: {}", f"config: {{base_dir: {json.dumps(str(home))}}}"
+    )
+
+
 INIT_MARK = ".enrich_crawl_initialised"  # in the home: storage set up for this dagster.yaml
 INIT_LOCK = ".enrich_crawl_init.lock"
 
 
 def ensure_dagster_home(*, initialise: bool = True) -> Path:
-    """DAGSTER_HOME, or a project-local `.dagster_home` (created) when unset.
+    """The home (DAGSTER_HOME, else the per-user default of `config.home()`), created with its
+    dagster.yaml when new, and exported as DAGSTER_HOME for the processes of the run.
 
     With `initialise`, the instance's storage is set up once, here, before anything uses it
     concurrently: several processes opening a new SQLite instance at once (two `enrich-crawl run`,
     the run and its step processes) race to create its tables and stamp its migrations ("table
     alembic_version already exists", "more than one head"). A file lock makes one process do it;
     a mark (the hash of dagster.yaml) spares the others and later calls the work."""
-    raw = os.environ.get("DAGSTER_HOME")
-    home = Path(raw).expanduser().resolve() if raw else (Path.cwd() / LOCAL_HOME).resolve()
+    from enrich_crawl import config as settings
+
+    home = settings.home()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
         # written whole under a temporary name: a concurrent reader never sees half a file
         tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
-        tmp.write_text(LOCAL_INSTANCE_YAML, encoding="utf-8")
+        tmp.write_text(instance_yaml(home), encoding="utf-8")
         if not config.exists():
             tmp.replace(config)
         else:
@@ -74,13 +101,46 @@ def ensure_dagster_home(*, initialise: bool = True) -> Path:
     return home
 
 
+def enrich_crawl_hint(arguments: str) -> str:
+    """An `enrich-crawl ARGUMENTS` command to print, spelled so that it works when pasted: this
+    home's variables in front, the console script as PATH finds it (enrich_crawl.console)."""
+    from enrich_crawl.console import command
+
+    return f"{home_prefix()}{command('enrich-crawl')} {arguments}"
+
+
+def home_prefix() -> str:
+    """What a printed command needs in front to reach this home: nothing for the default home,
+    `DAGSTER_HOME=... ` (and `ENRICH_WORK_DIR=... `) when they were set, so hints work as printed
+    from any shell."""
+    from enrich_crawl import config as settings
+
+    parts = []
+    if settings.home() != settings.default_home():
+        parts.append(f"DAGSTER_HOME={shlex.quote(str(settings.home()))}")
+    if os.environ.get("ENRICH_WORK_DIR"):
+        parts.append(f"ENRICH_WORK_DIR={shlex.quote(str(settings.work_dir()))}")
+    return "".join(part + " " for part in parts)
+
+
 def _config_digest(home: Path) -> str:
     import hashlib
 
+    from enrich_crawl import config as settings
+
     try:
-        return hashlib.sha1((home / "dagster.yaml").read_bytes()).hexdigest()
+        text = (home / "dagster.yaml").read_bytes()
     except OSError:
         return ""
+    # the storage HomeStorage picks (SQLite, or which PostgreSQL) is part of what was set up
+    try:
+        postgres = settings.postgres_settings() or {}
+    except ValueError:
+        postgres = {}
+    where = "|".join(
+        postgres.get(k, "") for k in ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_DB")
+    )
+    return hashlib.sha1(text + where.encode()).hexdigest()
 
 
 def initialise_instance(home: Path) -> bool:
@@ -134,6 +194,12 @@ class RunOutcome:
     seconds: float
     summary: dict[str, Any] = field(default_factory=dict)
     failure: str = ""
+    checks: list[dict[str, Any]] = field(default_factory=list)  # failed asset checks
+
+    @property
+    def error_checks(self) -> list[dict[str, Any]]:
+        """Failed checks of severity ERROR: they fail the command (non-zero exit)."""
+        return [c for c in self.checks if c["severity"] == "ERROR"]
 
 
 POOL_CHECK_SECONDS = 5.0
@@ -262,8 +328,14 @@ def run_enrich_job(
     *,
     stream: TextIO = sys.stderr,
     verbose: bool = False,
+    mongo_uri: str | None = None,
+    mongo_database: str = "",
 ) -> RunOutcome:
-    """Execute enrich_job for one dataset in the current instance; blocks until it ends."""
+    """Execute enrich_job for one dataset in the current instance; blocks until it ends.
+
+    With `mongo_uri`, the results database is watched while the run goes on: lost for
+    MONGO_LOST_AFTER seconds, the run is stopped and fails naming it (instead of crawling on with
+    nowhere to put the results and failing minutes later at the merge)."""
     ensure_dagster_home()
     import dagster as dg
 
@@ -284,7 +356,9 @@ def run_enrich_job(
             # crawl logs stay in the instance (dagster dev) either way
             "crawler": {"config": {"log_level": "INFO" if verbose else "ERROR"}},
         },
-        "loggers": {"console": {"config": {"log_level": "INFO" if verbose else "ERROR"}}},
+        # failures reach the terminal as the summary's reason (the full traces go to the log
+        # file it names, and stay in the run's event log): no stack traces on the terminal
+        "loggers": {"console": {"config": {"log_level": "INFO" if verbose else "CRITICAL"}}},
     }
     stage = DatasetStage(config.work_dir(), spec.name)
     result: dict[str, Any] = {}
@@ -321,6 +395,16 @@ def run_enrich_job(
     )
     shower = threading.Thread(target=show_progress, name="progress", daemon=True)
     shower.start()
+    lost: dict[str, str] = {}
+    mongo_watch = None
+    if mongo_uri:
+        mongo_watch = threading.Thread(
+            target=_interrupt_when_mongo_lost,
+            args=(mongo_uri, mongo_database, done, lost),
+            name="mongo-watch",
+            daemon=True,
+        )
+        mongo_watch.start()
     try:
         with dg.DagsterInstance.get() as instance:
             # started once this instance has set its storage up: two first openings of a new
@@ -345,6 +429,8 @@ def run_enrich_job(
         shower.join(timeout=5)
         if watcher.is_alive():
             watcher.join(timeout=5)
+    if lost:  # the root cause, whatever the interrupted steps said
+        result.update(success=False, failure=lost["message"])
     if not result.get("run_id"):
         result["run_id"] = _run_id_of(invocation)
     progress.show(final=True)
@@ -356,6 +442,18 @@ def run_enrich_job(
         failure=result.get("failure", ""),
     )
     outcome.summary = summarize(stage)
+    if outcome.run_id:
+        try:
+            outcome.checks = failed_checks(outcome.run_id)
+        except Exception as exc:  # the summary says so rather than hiding the checks
+            outcome.checks = [
+                {
+                    "check": "?",
+                    "asset": "?",
+                    "severity": "WARN",
+                    "description": f"could not read the run's checks: {exc}",
+                }
+            ]
     return outcome
 
 
@@ -388,39 +486,148 @@ def _interrupt_when_canceled(invocation: str, done: threading.Event, poll: float
                 return
 
 
+# Dagster's wrappers around the exception that made a step fail: the reason is the cause inside
+_WRAPPERS = (
+    "DagsterExecutionStepExecutionError",
+    "DagsterUserCodeExecutionError",
+    "RetryRequestedFromPolicy",
+    "RetryRequested",
+)
+_OWN_ERRORS = (
+    "Failure",
+    "DatasetError",
+    "SpecError",
+    "MergeError",
+    "MappingLoadError",
+    "EmbeddedMongoError",
+    "ReadError",
+)
+
+
+def root_cause(error: Any) -> str:
+    """The message of the exception a step raised (its first line), from Dagster's
+    SerializableErrorInfo chain: not the wrapper's "Error occurred while executing op ..."."""
+    while error is not None:
+        cls = error.cls_name or ""
+        head = (error.message or "").strip().split("\n", 1)[0]
+        if cls not in _WRAPPERS and head:
+            # messages read "module.Class: text"
+            name, sep, text = head.partition(": ")
+            if sep and name.rsplit(".", 1)[-1] == cls:
+                head = text
+            # our own errors name the file/key/service already; others say what they are
+            return head if cls in _OWN_ERRORS else f"{cls}: {head}"
+        error = error.cause or getattr(error, "context", None)
+    return ""
+
+
+# the results database unreachable this long (consecutive failed pings) stops the run
+MONGO_LOST_AFTER = 15.0
+MONGO_PING_EVERY = 3.0
+
+
+def _interrupt_when_mongo_lost(
+    uri: str, database: str, done: threading.Event, lost: dict[str, str]
+) -> None:
+    """Interrupt this process (as Ctrl-C would: every step and crawl process stops, what was
+    crawled stays staged) when MongoDB at `uri` stops answering for MONGO_LOST_AFTER seconds."""
+    from dagster._utils import send_interrupt
+
+    from enrich_crawl.store.embedded import mongo_ping
+    from enrich_crawl.store.mongo import redact_uri
+
+    failing_since: float | None = None
+    while not done.wait(MONGO_PING_EVERY):
+        if mongo_ping(uri, timeout=2.0):
+            failing_since = None
+            continue
+        now = time.monotonic()
+        failing_since = failing_since or now
+        if now - failing_since >= MONGO_LOST_AFTER and not done.is_set():
+            lost["message"] = (
+                f"MongoDB {redact_uri(uri)} (database {database}) lost mid-run: no answer for "
+                f"{MONGO_LOST_AFTER:.0f} s, the run was stopped. What was crawled stays staged "
+                "and in the crawl store: run the same command again when MongoDB is back."
+            )
+            send_interrupt()
+            return
+
+
 def _failure_reason(run: Any) -> str:
+    """One line per failed step: its own exception's message; the full traces go to the log file
+    (named on the last line)."""
     lines = []
+    traces = []
     for event in run.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
             error = event.step_failure_data.error
-            lines.append(f"step {event.step_key} failed: {error.message.strip()}")
-    return "\n".join(lines[:10]) or "the run failed"
+            reason = root_cause(error) or "failed"
+            lines.append(f"step {event.step_key} failed: {reason}")
+            traces.append(f"step {event.step_key} of run {run.run_id}:\n{error.to_string()}")
+    if not lines:
+        return "the run failed"
+    log = _log_traces(traces)
+    shown = list(dict.fromkeys(lines))[:3]
+    if len(lines) > len(shown):
+        shown.append(f"... {len(lines) - len(shown)} more failed step(s)")
+    return "\n                    ".join(shown) + (f"\n  full traces       {log}" if log else "")
+
+
+def _log_traces(traces: list[str]) -> str:
+    import datetime as dt
+
+    from enrich_crawl.preflight import log_file
+
+    path = log_file()
+    stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            for trace in traces:
+                fh.write(f"--- {stamp} {trace}\n")
+    except OSError:
+        return ""
+    return str(path)
+
+
+def failed_checks(run_id: str) -> list[dict[str, Any]]:
+    """The asset checks of the run that failed: [{check, asset, severity, description}]."""
+    import dagster as dg
+
+    failed = []
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION, limit=1000
+        ).records
+        for record in records:
+            event = record.event_log_entry.dagster_event
+            evaluation = event.event_specific_data if event else None
+            if evaluation is None or evaluation.passed:
+                continue
+            failed.append(
+                {
+                    "check": evaluation.check_name,
+                    "asset": evaluation.asset_key.to_user_string(),
+                    "severity": evaluation.severity.value,
+                    "description": evaluation.description or "",
+                }
+            )
+    # one line per check (a partitioned asset's check may be evaluated once per partition)
+    return list({(c["asset"], c["check"]): c for c in failed}.values())
 
 
 def summarize(stage: DatasetStage) -> dict[str, Any]:
-    """Records, fields resolved, pages fetched and errors by kind, from the staged results."""
+    """The seed's figures (rows, usable records, rejected), and the staged fallbacks of the
+    run's counts (used only when MongoDB cannot be read: enrich_crawl.counts is the definition)."""
     summary: dict[str, Any] = {"dataset": stage.dataset}
     manifest = _read(stage.seed_manifest)
     if manifest is None:
         return summary
     profile = manifest["profile"]
     summary.update(rows=profile["rows"], records=profile["usable"], rejected=profile["rejected"])
-    errors: Counter[str] = Counter()
-    fields_resolved: Counter[str] = Counter()
-    pages = 0
-    for shard in manifest["shards"]:
-        pages += (_read(stage.crawl_stats(shard)) or {}).get("pages", 0)
-        for line in read_jsonl(stage.resolved(shard)):
-            for error in line.get("errors", []):
-                errors[error.get("reason", "error")] += 1
-            for name in line.get("fields", {}):
-                fields_resolved[name] += 1
-    summary.update(
-        pages=pages,
-        fields_resolved=sum(fields_resolved.values()),
-        fields=dict(fields_resolved),
-        errors=dict(errors),
-    )
+    from enrich_crawl.counts import pages_fetched
+
+    summary["pages"] = pages_fetched(stage.crawl_stats(shard) for shard in manifest["shards"])
     return summary
 
 
@@ -442,50 +649,54 @@ def print_summary(
     outcome: RunOutcome,
     stream: TextIO,
     *,
-    status: dict[str, int] | None = None,
+    counts: dict[str, Any] | None = None,
     results: str | None = None,
 ) -> None:
+    """The summary: records, status, the counts of enrich_crawl.counts, failed checks, reason."""
     s = outcome.summary
     out = stream.write
-    out(
-        f"\nenrich_job {'succeeded' if outcome.success else 'FAILED'}"
-        f"{'  run ' + outcome.run_id if outcome.run_id else ''}\n"
-    )
+    verdict = "succeeded" if outcome.success else "FAILED"
+    if outcome.success and outcome.error_checks:
+        verdict = "succeeded, but ERROR check(s) failed"
+    out(f"\nenrich_job {verdict}{'  run ' + outcome.run_id if outcome.run_id else ''}\n")
     if "records" in s:
-        resolved = (status or {}).get("resolved", 0)
         out(
             f"  records           {s['records']} usable of {s['rows']} rows "
             f"({s['rejected']} rejected, reasons in the seed_dataset metadata)\n"
         )
-        if status:
-            out(
-                "  status            "
-                + ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
-                + "\n"
-            )
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(s.get("fields", {}).items()))
+    if counts:
         out(
-            f"  fields resolved   {s.get('fields_resolved', 0)}"
-            + (f" ({detail})" if detail else "")
+            "  status            "
+            + (", ".join(f"{k} {v}" for k, v in counts["status"].items()) or "no documents")
             + "\n"
         )
-        out(f"  pages fetched     {s.get('pages', 0)}\n")
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(counts["fields"].items()) if v)
+        out(f"  fields resolved   {counts['fields_resolved']}" + (f" ({detail})" if detail else ""))
+        out("\n")
+        out(f"  pages fetched     {counts['pages']}\n")
+        ratio = counts["pages_per_resolved_record"]
         out(
             "  pages/resolved    "
-            + (f"{s.get('pages', 0) / resolved:.2f}" if resolved else "n/a")
-            + "\n"
+            + (f"{ratio:.2f}" if ratio is not None else "n/a")
+            + "  (pages fetched / records resolved)\n"
         )
-        errors = s.get("errors") or {}
+        errors = counts["errors"]
         out(
             "  errors by kind    "
-            + (", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none")
+            + (", ".join(f"{k} {v}" for k, v in errors.items()) or "none")
             + "\n"
+        )
+    elif "pages" in s:
+        out(f"  pages fetched     {s['pages']}\n")
+    for check in outcome.checks:
+        out(
+            f"  check failed      {check['check']} ({check['asset']}, {check['severity']}): "
+            f"{check['description']}\n"
         )
     out(f"  time              {outcome.seconds:.1f} s\n")
     if not outcome.success:
         out(f"  reason            {outcome.failure}\n")
     if results:
         out(f"  results           {results}\n")
-    home = os.environ.get("DAGSTER_HOME", "")
-    out(f"  Dagster UI        DAGSTER_HOME={home} dagster dev   (http://127.0.0.1:3000)\n")
+    out(f"  Dagster UI        {enrich_crawl_hint('ui')}   (http://127.0.0.1:3000)\n")
     stream.flush()

@@ -93,6 +93,7 @@ def test_enrich_job_crawl_steps_are_pooled_retried_and_checked():
     checks = {key.name for key in job.asset_layer.asset_graph.asset_check_keys}
     assert {
         "seed_profile",
+        "seed_data_quality",
         "every_shard_crawled",
         "no_robots_violations",
         "resolution_rate",

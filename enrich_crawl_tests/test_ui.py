@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from enrich_crawl.runner import LOCAL_INSTANCE_YAML
+from enrich_crawl.runner import instance_yaml
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
 from enrich_crawl.testing.services import free_port
@@ -86,7 +86,7 @@ def dagster_dev(tmp_path_factory, mongo_server):
     )
     home = root / "home"
     home.mkdir()
-    (home / "dagster.yaml").write_text(LOCAL_INSTANCE_YAML)  # the local default instance
+    (home / "dagster.yaml").write_text(instance_yaml(home))  # the local default instance
     port = free_port()
     env = product_env(
         DAGSTER_HOME=str(home),

@@ -80,6 +80,7 @@ from enrich_crawl.crawl.state import (
     PERMANENT_FAILURES,
     CrawlState,
     decompress,
+    spill_dir,
     stored_body,
 )
 from enrich_crawl.dataset.seedfile import read_seed_shard
@@ -245,6 +246,7 @@ class EnrichSpider(scrapy.Spider):
         # unique per process: limiter tokens of two runs of one partition never collide
         worker = f"{self.params.partition}@{socket.gethostname()}:{os.getpid()}"
         state = CrawlState(uri, self.params.mongo_db, worker=worker)
+        state.spill_dir = spill_dir(self.params.out_dir, self.params.mongo_db)
         try:
             await state.open()
             await asyncio.wait_for(state.db.command("ping"), 15)
@@ -255,6 +257,10 @@ class EnrichSpider(scrapy.Spider):
         self.state = state
         context = CrawlContext.of(self.crawler)
         context.state = state
+        # pages an earlier crawl fetched while the database was away: stored first, not refetched
+        replayed = await state.replay_spilled_pages()
+        if replayed:
+            logger.info("%d page(s) kept on disk by an earlier crawl stored", replayed)
         if self.config.shared_limiter:
             limiter = HostLimiter(state, max_wait=max(self.config.max_delay * 10, 600.0))
             scheduler = PoliteScheduler.of(self.crawler)

@@ -32,8 +32,10 @@ Only plain pymongo features that nx-27017 implements are used (see DEVELOPERS.md
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import functools
+import json
 import logging
 import os
 import socket
@@ -41,6 +43,7 @@ import time
 import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pymongo.errors import BulkWriteError
@@ -81,6 +84,30 @@ PERMANENT_FAILURES = frozenset(
 FLUSH_INTERVAL = 2.0
 ROBOTS_FLUSH_DELAY = 0.1
 FLUSH_BATCH = 200
+
+
+def spill_dir(out_dir: str | Path, database: str) -> Path:
+    """Where a crawl keeps the pages the database could not take: beside the dataset's crawl
+    folders (`<stage>/pending_pages/<database>/`), the same for every shard and attempt."""
+    out = Path(out_dir).resolve()
+    for parent in (out, *out.parents):
+        if parent.name == "crawl":
+            return parent.parent / "pending_pages" / database
+    return out / "pending_pages" / database
+
+
+def _encode_spilled(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot keep {type(value).__name__} on disk")
+
+
+def _decode_spilled(obj: dict[str, Any]) -> Any:
+    if set(obj) == {"$bytes"}:
+        return base64.b64decode(obj["$bytes"])
+    return obj
 
 
 def epoch_seconds(value: Any) -> float | None:
@@ -236,6 +263,10 @@ class CrawlState:
         self._robots_reads = ByIdReads(self, ROBOTS)
         self._flush_lock: asyncio.Lock | None = None
         self._write_error_logged = False
+        # pages the database could not take (it went away mid-crawl) go to a file here, and the
+        # next crawl that reaches the database writes them into the store first: what was
+        # fetched is not fetched again (see spill_pages / replay_spilled_pages)
+        self.spill_dir: Path | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -261,6 +292,12 @@ class CrawlState:
             self._soon = None
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self.available:
+            # the database is gone: keep the pages on disk now rather than after a timeout
+            # (the process may not live that long once its run is stopped)
+            self.spill_pages()
+            self.unflushed.clear()
+            self.pending[PAGES].clear()
         await self.flush()
         if self.client is not None:
             try:
@@ -338,7 +375,85 @@ class CrawlState:
                         self._failed(f"write {name}", exc)
                         ops.clear()
                         if name == PAGES:
+                            self.spill_pages()
                             self.unflushed.clear()
+
+    # -- pages kept on disk while the database is away -------------------------------------------
+
+    def _spill_file(self) -> Path | None:
+        if self.spill_dir is None:
+            return None
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.worker)
+        return self.spill_dir / f"{name}.jsonl"
+
+    def _spill(self, docs: list[dict[str, Any]]) -> None:
+        path = self._spill_file()
+        if path is None or not docs:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                for doc in docs:
+                    fh.write(json.dumps(doc, default=_encode_spilled) + "\n")
+            self.stats["pages_spilled_to_disk"] += len(docs)
+        except OSError as exc:
+            logger.warning("could not keep %d page(s) for the next run: %s", len(docs), exc)
+
+    def spill_pages(self) -> None:
+        """The page documents not written yet, to the spill file (the database went away)."""
+        self._spill([dict(doc) for _op, doc in self.unflushed.values()])
+
+    async def replay_spilled_pages(self) -> int:
+        """Write the pages an earlier crawl kept on disk into the store (and their origins); each
+        file is claimed by renaming it, so two crawls never replay one twice."""
+        from pymongo import ReplaceOne, UpdateOne
+
+        from enrich_crawl.crawl.robots import origin_of
+
+        if self.spill_dir is None or self.db is None or not self.spill_dir.is_dir():
+            return 0
+        replayed = 0
+        for path in sorted(self.spill_dir.glob("*.jsonl")):
+            claimed = path.with_name(f"{path.name}.{os.getpid()}.replaying")
+            try:
+                os.replace(path, claimed)
+            except OSError:
+                continue  # another crawl took it
+            docs = []
+            for line in claimed.read_text("utf-8").splitlines():
+                try:
+                    docs.append(json.loads(line, object_hook=_decode_spilled))
+                except ValueError:
+                    continue  # a line cut short when the crawl was killed
+            ops = [
+                UpdateOne(
+                    {"_id": d["_id"]}, {"$set": {k: v for k, v in d.items() if k != "_id"}}, True
+                )
+                for d in docs
+            ]
+            origins = {origin_of(d["_id"]) for d in docs}
+            now = time.time()
+            try:
+                for start in range(0, len(ops), FLUSH_BATCH):
+                    await self.db[PAGES].bulk_write(ops[start : start + FLUSH_BATCH], ordered=False)
+                if origins:
+                    await self.db[ORIGINS].bulk_write(
+                        [
+                            ReplaceOne({"_id": o}, {"_id": o, "stored_at": now}, True)
+                            for o in origins
+                        ],
+                        ordered=False,
+                    )
+            except Exception as exc:  # still away: keep the file for the next crawl
+                os.replace(claimed, path)
+                self._failed("replay spilled pages", exc)
+                return replayed
+            claimed.unlink(missing_ok=True)
+            for origin in origins:
+                self.origins[origin] = True
+            replayed += len(docs)
+        self.stats["pages_replayed_from_disk"] += replayed
+        return replayed
 
     def _written(self, batch: list[Any]) -> None:
         """Page documents of `batch` are in the database now (or were refused): not pending."""
@@ -434,6 +549,10 @@ class CrawlState:
 
         fields = dict.fromkeys(PAGE_FIELDS) | doc
         del fields["_id"]
+        if not self.available and self.spill_dir is not None:
+            # the database is gone: straight to the spill file, the next run stores it
+            self._spill([{**fields, "_id": doc["_id"]}])
+            return
         op = UpdateOne({"_id": doc["_id"]}, {"$set": fields}, upsert=True)
         self._queue(PAGES, op)
         self.unflushed[doc["_id"]] = (op, {**fields, "_id": doc["_id"]})

@@ -16,9 +16,7 @@ JSON_COLUMNS = ("_url_errors", "_data", "_raw", "_cell_errors")
 JSON_DEFAULTS = {"_url_errors": "[]", "_data": "{}", "_raw": "{}", "_cell_errors": "[]"}
 
 
-def read_seed_shard(
-    path: Path, columns: Sequence[str] | None = None
-) -> Iterator[dict[str, Any]]:
+def read_seed_shard(path: Path, columns: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
     """Yield the records of one seed shard (decoded), one Parquet batch at a time; only `columns`
     when given. A missing shard has no records."""
     import pyarrow.parquet as pq

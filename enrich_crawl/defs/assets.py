@@ -9,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.crawl_ops import crawl_shard, plan_crawl_shards, summarize_crawl
 from enrich_crawl.defs.partitions import SHARD_KEYS, shards
 from enrich_crawl.defs.resources import (
@@ -49,9 +50,7 @@ def seed_dataset(
     )
     ui = ui_metadata(manifest)
     checks = profile_checks(manifest)
-    for check in checks:
-        if not check["passed"]:
-            context.log.warning(f"seed_dataset check {check['name']}: {check['description']}")
+    # a failed one is the asset check seed_data_quality (checks.py), shown in the run's summary
     # numbers are plain values (plotted across materialisations), tables markdown, the rest JSON
     metadata: dict[str, Any] = {
         "dataset": spec.name,
@@ -123,21 +122,17 @@ def resolved_fields(
     rows = [[name, per_field.get(name, 0), conflicts.get(name, 0)] for name in spec.fields]
     return dg.MaterializeResult(
         metadata={
+            # winners found by this crawl, before the merge: the run's counts (fields resolved,
+            # pages per resolved record, errors by kind) are enriched_records' (enrich_crawl.counts)
             "records": totals["records"],
-            "fields_resolved": totals["fields_resolved"],
+            "values_found": totals["fields_resolved"],
             "records_with_values": totals["records_with_values"],
             "conflicts": totals["conflicts"],
             "fields_with_conflicts": totals["fields_with_conflicts"],
-            "pages_fetched": totals["pages"],
-            "pages_per_record_with_values": round(
-                totals["pages"] / totals["records_with_values"], 3
-            )
-            if totals["records_with_values"]
-            else 0.0,
             "per_field": dg.MetadataValue.md(
                 _markdown_table(["field", "resolved", "losing candidates"], rows)
             ),
-            **{f"resolved/{name}": per_field.get(name, 0) for name in spec.fields},
+            **{f"found/{name}": per_field.get(name, 0) for name in spec.fields},
         }
     )
 
@@ -162,6 +157,7 @@ def enriched_records(
 
     from pymongo.errors import PyMongoError
 
+    from enrich_crawl.counts import PROJECTION, run_counts
     from enrich_crawl.staging import read_json, read_jsonl
     from enrich_crawl.store.merge import MergeError, Merger, MergeStats, rerun_command
     from enrich_crawl.store.mongo import ensure_indexes
@@ -180,7 +176,6 @@ def enriched_records(
         )
     fields = {name: {"type": f.type, "refresh": f.refresh} for name, f in spec.fields.items()}
     where = f"{mongo.display_uri()} database {mongo.database_name()} collection {spec.name}"
-    status: Counter[str] = Counter()
     per_field: Counter[str] = Counter()
     totals: Counter[str] = Counter()
     done: list[str] = []
@@ -222,13 +217,17 @@ def enriched_records(
                 f"{key}: {stats.records} records, {stats.inserted} inserted, {stats.updated} "
                 f"updated, {stats.unchanged} unchanged, {stats.retries} retries"
             )
-            status.update(stats.status)
             per_field.update(stats.per_field)
             for name, value in stats.to_dict().items():
                 if isinstance(value, int):
                     totals[name] += value
         indexes = ensure_indexes(collection)
         documents = collection.count_documents({})
+        counts = run_counts(
+            collection.find({}, PROJECTION),
+            list(spec.fields),
+            [stage.crawl_stats(key) for key in keys],
+        )
         preview = list(collection.find({}, {"status": 1, "missing": 1}).limit(5))
     except (MergeError, PyMongoError) as exc:
         todo = [key for key in keys if key not in done]
@@ -239,7 +238,7 @@ def enriched_records(
                 f"{reason}. Nothing is lost: the crawl's results stay staged in "
                 f"{stage.resolved(todo[0]).parent}. When MongoDB is back, re-run just the merge "
                 f"(no re-crawl; records already written are not duplicated): "
-                f"{rerun_command(todo)}"
+                f"{config.dagster_env_prefix()}{rerun_command(todo)}"
             ),
             metadata={
                 "partitions_merged": ", ".join(done) or "-",
@@ -248,6 +247,9 @@ def enriched_records(
                 "staged": dg.MetadataValue.path(str(stage.resolved(todo[0]).parent)),
                 "rerun": rerun_command(todo),
             },
+            # the merge already retried for half a minute: retrying the step would only make the
+            # user wait minutes to learn that the database is down
+            allow_retries=False,
         ) from None
     finally:
         client.close()
@@ -274,9 +276,18 @@ def enriched_records(
             "indexes_created": ", ".join(indexes) or "-",
             "seconds": round(seconds, 3),
             "records_per_second": round(totals["records"] / seconds, 1) if seconds else 0.0,
-            "status": dg.MetadataValue.json(dict(status)),
+            # the run's counts, defined once in enrich_crawl.counts (the CLI prints the same)
+            "fields_resolved": counts["fields_resolved"],
+            **{f"fields_resolved/{name}": n for name, n in counts["fields"].items()},
+            "pages_fetched": counts["pages"],
+            "pages_per_resolved_record": counts["pages_per_resolved_record"]
+            if counts["pages_per_resolved_record"] is not None
+            else dg.MetadataValue.null(),
+            "errors_by_kind": dg.MetadataValue.json(counts["errors"]),
+            **{f"errors/{kind}": n for kind, n in counts["errors"].items()},
+            "status": dg.MetadataValue.json(counts["status"]),
             **{
-                f"status/{name}": status.get(name, 0)
+                f"status/{name}": counts["status"].get(name, 0)
                 for name in ("resolved", "partial", "unresolved")
             },
             **{f"filled/{name}": per_field.get(name, 0) for name in spec.fields},

@@ -1,6 +1,8 @@
 """Asset checks: they run in every enrich_job run (and with any materialisation of their asset).
 
 seed_dataset      seed_profile                 usable records exist; rejected rows within bound
+seed_dataset      seed_data_quality            invalid URL rate (ERROR above half), usable
+                                               records, decoding (the seed's profile)
 crawl_results     every_shard_crawled          each shard of the run crawled (else the run fails,
                                                after the other shards were resolved and merged)
 crawl_results     no_robots_violations         zero requests against robots.txt (enrich_crawl.quality)
@@ -9,7 +11,8 @@ enriched_records  resolution_rate              share of missing values found, pe
 enriched_records  documents_match_records      one MongoDB document per usable record, no others
 enriched_records  values_have_lineage          no value filled without lineage that explains it
 
-None is blocking: a failed check never throws away other shards' results. The measures are plain
+None is blocking: a failed check never throws away other shards' results; `enrich-crawl run`
+lists the failed ones in its summary and exits non-zero when one of severity ERROR failed. The measures are plain
 functions of enrich_crawl.quality; here they are fed from the staging area and MongoDB.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.contracts import CRAWL_FAILURE_FILE, WEB_REQUESTS_FILE
 from enrich_crawl.defs.assets import crawl_results, enriched_records, seed_dataset
 from enrich_crawl.defs.partitions import shards_of_run
@@ -107,6 +111,65 @@ def seed_profile(
     )
 
 
+# a URL column mostly invalid is most likely the wrong column: the run is not worth its result
+MAX_INVALID_URL_RATE_ERROR = 0.5
+
+
+@dg.asset_check(
+    asset=seed_dataset,
+    name="seed_data_quality",
+    description="The table is fit to enrich: usable records exist; few URL cells are invalid "
+    f"(more than 20% warns, more than {MAX_INVALID_URL_RATE_ERROR:.0%} is an ERROR: the URL "
+    "column is probably not one); few rows rejected; every line decodes.",
+)
+def seed_data_quality(
+    dataset: DatasetResource, staging: StagingResource, quality: QualityResource
+) -> dg.AssetCheckResult:
+    """Usable records, invalid URL rate, rejected rows and decoding, from the seed's profile."""
+    from enrich_crawl.dataset.profile import profile_checks
+
+    spec = dataset.load()
+    manifest = _read_json(staging.stage(spec.name).seed_manifest)
+    if not manifest:
+        return dg.AssetCheckResult(
+            passed=False, description="no seed manifest: seed_dataset did not complete"
+        )
+    profile = manifest["profile"]
+    cells = int(profile.get("urls", 0)) + int(profile.get("invalid_urls", 0))
+    invalid = int(profile.get("invalid_urls", 0))
+    invalid_rate = invalid / cells if cells else 0.0
+    checks = profile_checks(manifest, max_rejected_rate=quality.max_rejected_rate)
+    failed = [c for c in checks if not c["passed"]]
+    error = any(c["severity"] == "ERROR" for c in failed) or (
+        invalid_rate > MAX_INVALID_URL_RATE_ERROR
+    )
+    figures = {
+        "has_usable_records": f"{profile['usable']} usable records of {profile['rows']} rows",
+        "urls_mostly_valid": f"invalid URL rate {invalid_rate:.1%} ({invalid} of {cells} URL "
+        "cells)",
+        "few_rejected_rows": f"{profile['rejected']} of {profile['rows']} rows rejected",
+        "text_decodes": f"{profile.get('reading', {}).get('undecodable_lines', 0)} undecodable "
+        "line(s)",
+    }
+    return dg.AssetCheckResult(
+        passed=not failed,
+        severity=dg.AssetCheckSeverity.ERROR if error else dg.AssetCheckSeverity.WARN,
+        metadata={
+            "rows": int(profile["rows"]),
+            "usable_records": int(profile["usable"]),
+            "url_cells": cells,
+            "invalid_urls": invalid,
+            "invalid_url_rate": round(invalid_rate, 4),
+            "records_with_invalid_urls": int(profile.get("records_with_invalid_urls", 0)),
+            "checks": dg.MetadataValue.json(
+                {c["name"]: {"passed": c["passed"], "severity": c["severity"]} for c in checks}
+            ),
+        },
+        description="; ".join(figures.get(c["name"], c["description"]) for c in failed)
+        or f"{profile['usable']} usable records, invalid URL rate {invalid_rate:.1%}",
+    )
+
+
 @dg.asset_check(
     asset=crawl_results,
     name="every_shard_crawled",
@@ -143,7 +206,8 @@ def every_shard_crawled(
         raise dg.Failure(
             description=f"{spec.name}: the crawl of shard(s) {', '.join(sorted(failed))} failed "
             f"after retries: {'; '.join(f'{k}: {v}' for k, v in sorted(failed.items()))}. The "
-            "other shards were resolved and merged. Re-run the failed shard(s) with: dagster "
+            "other shards were resolved and merged. Re-run the failed shard(s) with: "
+            f"{config.dagster_env_prefix()}dagster "
             "asset materialize -m enrich_crawl.definitions --select 'crawl_results*' "
             f"--partition {sorted(failed)[0]}",
             allow_retries=False,
@@ -358,6 +422,7 @@ def values_have_lineage(
 
 CHECKS = [
     seed_profile,
+    seed_data_quality,
     every_shard_crawled,
     no_robots_violations,
     resolution_rate,

@@ -26,6 +26,7 @@ from typing import Any
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.contracts import CRAWL_FAILURE_FILE, CRAWL_RUN_FILES, WEB_REQUESTS_FILE
 from enrich_crawl.defs.pipes import CrawlProcessClient, StaleCrawl
 from enrich_crawl.defs.resources import (
@@ -208,7 +209,8 @@ def crawl_shard(
         context.log.error(
             f"crawl of shard {shard} failed after {context.retry_number + 1} attempts "
             f"({exc.description}); the other shards go on and the check every_shard_crawled "
-            f"will fail this run. Re-run it alone with: dagster asset materialize -m "
+            f"will fail this run. Re-run it alone with: {config.dagster_env_prefix()}"
+            f"dagster asset materialize -m "
             f"enrich_crawl.definitions --select 'crawl_results*' --partition {shard}"
         )
         # an output all the same (a Pipes step must yield its outputs): summarize_crawl and the

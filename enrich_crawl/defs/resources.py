@@ -147,18 +147,20 @@ class MongoResource(dg.ConfigurableResource):
     )
     replica_set: str | None = Field(default=None, description="replicaSet name.")
     direct_connection: bool | None = Field(default=None, description="directConnection.")
+    # a lost database fails the run within a minute (5 tries x 5 s + 7.5 s of waits), while an
+    # outage of a few seconds (a restart, a primary election) is ridden out
     server_selection_timeout_ms: int = Field(
-        default=10000, description="How long one attempt waits for a server (ms)."
+        default=5000, description="How long one attempt waits for a server (ms)."
     )
     connect_timeout_ms: int = Field(default=10000, description="TCP connect timeout (ms).")
     batch_size: int = Field(default=2000, description="Documents per bulk write of the merge.")
     retry_attempts: int = Field(
-        default=6, description="Retries of a failed read or bulk write (transient errors only)."
+        default=4, description="Retries of a failed read or bulk write (transient errors only)."
     )
     retry_initial_delay: float = Field(
         default=0.5, description="First wait before a retry (s); doubled each time."
     )
-    retry_max_delay: float = Field(default=16.0, description="Longest wait between retries (s).")
+    retry_max_delay: float = Field(default=8.0, description="Longest wait between retries (s).")
     embedded_dir: str | None = Field(
         default=None,
         description="Data folder of the embedded "

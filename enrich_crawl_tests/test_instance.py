@@ -1,0 +1,116 @@
+"""The repository's dagster.yaml, read as `dagster dev` reads it in the project root without
+DAGSTER_HOME (a temporary folder as the instance's base, the root as its config folder): SQLite in
+the per-user home with nothing set, PostgreSQL (a real one) with DAGSTER_PG_* set; telemetry and
+the "join the community" pop-up off either way."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance.ref import InstanceRef
+
+from enrich_crawl import config
+from enrich_crawl_tests.conftest import REPO
+
+
+@contextmanager
+def _environ(**values: str | None):
+    saved = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def _root_instance():
+    with tempfile.TemporaryDirectory() as temporary:
+        ref = InstanceRef.from_dir(temporary, config_dir=str(REPO))
+        with dg.DagsterInstance.from_ref(ref) as instance:
+            yield instance, Path(temporary)
+
+
+NO_PG = dict.fromkeys(config.POSTGRES_VARIABLES)
+
+
+def test_nothing_set_means_sqlite_in_the_per_user_home(tmp_path):
+    with _environ(DAGSTER_HOME=None, XDG_DATA_HOME=str(tmp_path / "xdg"), **NO_PG):
+        home = tmp_path / "xdg" / "enrich_crawl"
+        assert config.home() == home and config.work_dir() == home / "storage" / "enrich_crawl"
+        with _root_instance() as (instance, temporary):
+            assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+            assert instance.storage_directory() == str(home / "storage")
+            assert not str(instance.storage_directory()).startswith(str(temporary))
+            assert instance.get_settings("nux") == {"enabled": False}
+            assert instance.get_settings("telemetry") == {"enabled": False}
+            instance.get_runs(limit=1)
+        assert (home / "history" / "runs.db").exists()
+
+
+def test_dagster_pg_set_means_postgres(tmp_path, postgres_server):
+    env = {key: postgres_server.env.get(key) for key in config.POSTGRES_VARIABLES}
+    assert all(env.values())
+    with (
+        _environ(DAGSTER_HOME=None, XDG_DATA_HOME=str(tmp_path / "xdg"), **env),
+        _root_instance() as (instance, _),
+    ):
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        instance.get_runs(limit=1)
+
+
+def test_dagster_pg_partly_set_is_an_error_naming_what_is_missing(tmp_path):
+    partial = {**NO_PG, "DAGSTER_PG_HOST": "db.example"}
+    with _environ(DAGSTER_HOME=None, XDG_DATA_HOME=str(tmp_path / "xdg"), **partial):
+        with (
+            pytest.raises(Exception, match="DAGSTER_PG_PORT") as raised,
+            _root_instance() as (instance, _),
+        ):
+            instance.get_runs(limit=1)
+        assert "DAGSTER_PG_USER" in str(raised.value)
+
+
+def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_path):
+    from enrich_crawl.dataset.load import DatasetError
+    from enrich_crawl.runner import _failure_reason
+
+    @dg.asset
+    def table_asset():
+        raise DatasetError("/data/t.csv: cannot read the table: permission denied")
+
+    @dg.asset(retry_policy=dg.RetryPolicy(max_retries=1))
+    def merge_asset():
+        raise dg.Failure(description="MongoDB lost (database results)", allow_retries=False)
+
+    @dg.asset
+    def plain_asset():
+        raise KeyError("city")
+
+    with _environ(XDG_DATA_HOME=str(tmp_path / "xdg")), dg.instance_for_test() as instance:
+        for asset, expected in (
+            (table_asset, "/data/t.csv: cannot read the table: permission denied"),
+            (merge_asset, "MongoDB lost (database results)"),
+            (plain_asset, "KeyError: 'city'"),
+        ):
+            result = dg.materialize([asset], instance=instance, raise_on_error=False)
+            reason = _failure_reason(result)
+            first = reason.splitlines()[0]
+            assert first == f"step {asset.key.to_user_string()} failed: {expected}", reason
+            assert "Error occurred while executing" not in reason
+            # the home is the test instance's (instance_for_test sets DAGSTER_HOME)
+            log = config.home() / "logs" / "enrich-crawl.log"
+            assert reason.splitlines()[-1].split()[-1] == str(log)
+        assert "Stack Trace" in log.read_text() and "KeyError" in log.read_text()
