@@ -1,0 +1,525 @@
+"""Learning and evaluating mappings from the dataset's own known values (SPEC 3b): the fetching
+side and the orchestration, in plain code (no Dagster, no Scrapy).
+
+    sample_for_learning   a bounded sample of records with known values, per site template
+    sample_for_mappings   a bounded sample of such records per mapping (evaluate, mapping_agreement)
+    collect_pages         those records' pages, fetched by the ordinary crawl worker (its own
+                          process, same politeness, crawled-URL store) in collecting mode
+    learn_dataset         sample -> collect -> enrich_crawl.extract.learn.learn -> mapping files
+    evaluate_dataset      sample -> collect -> enrich_crawl.extract.learn.evaluate
+    with_learned          given mappings plus learned ones, the given ones taking precedence
+
+`enrich-crawl mapping learn|evaluate`, the `learned_mappings` asset and the `mapping_agreement`
+check call these; the learner itself lives in enrich_crawl.extract.learn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from enrich_crawl.staging import read_json, write_json
+
+REPORT_FILE = "learn-report.json"
+# seed shard key of a collecting crawl (one process for the whole sample)
+COLLECT_PARTITION = "collect"
+
+
+class LearningError(ValueError):
+    """Learning or evaluating cannot start (bad input); the message says what and where."""
+
+
+# -- which records -------------------------------------------------------------------------------
+
+
+def known_values(record: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The spec fields of a seed record that hold a value after the dataset's cleaning."""
+    data = record.get("_data") or {}
+    return {name: data[name] for name in fields if data.get(name) not in (None, "", [])}
+
+
+def template_key(url: str) -> tuple[str, tuple[str, ...], int]:
+    """A guess at a URL's site template before fetching: its host and the shape of its path
+    (segments holding digits, and the last one, are wildcards): /3.11/library/os.html and
+    /3.11/library/re.html share one."""
+    parts = urlsplit(url)
+    segments = [s for s in parts.path.split("/") if s]
+    shape = tuple("*" if any(c.isdigit() for c in s) else s for s in segments[:-1])
+    return (parts.hostname or "", shape, len(segments))
+
+
+def _domain(url: str) -> str:
+    from enrich_crawl.dataset.shard import registrable_domain
+
+    return registrable_domain((urlsplit(url).hostname or "").lower())
+
+
+@dataclass
+class Sampled:
+    """A sampled record: its id, seed URLs and known values."""
+
+    id: str
+    urls: list[str]
+    known: dict[str, Any]
+    record: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def sample_for_learning(
+    records: Iterable[dict[str, Any]],
+    fields: Iterable[str],
+    *,
+    per_template: int = 30,
+    per_domain: int = 90,
+    max_records: int = 2000,
+) -> list[Sampled]:
+    """Records with known values, in file order, taken while one of their known fields has fewer
+    than `per_template` examples in the record's site template (template_key of its first URL),
+    at most `per_domain` records of one registrable domain and `max_records` in all."""
+    fields = list(fields)
+    per_field: Counter[tuple[Any, str]] = Counter()
+    per_site: Counter[str] = Counter()
+    out: list[Sampled] = []
+    for record in records:
+        urls = list(record.get("_urls") or [])
+        known = known_values(record, fields)
+        if not urls or not known:
+            continue
+        template = template_key(urls[0])
+        domain = _domain(urls[0])
+        if per_site[domain] >= per_domain:
+            continue
+        if all(per_field[(template, name)] >= per_template for name in known):
+            continue
+        for name in known:
+            per_field[(template, name)] += 1
+        per_site[domain] += 1
+        out.append(Sampled(str(record["_id"]), urls, known, record))
+        if len(out) >= max_records:
+            break
+    return out
+
+
+def sample_for_mappings(
+    records: Iterable[dict[str, Any]],
+    fields: Iterable[str],
+    mappings: Any,
+    *,
+    per_mapping: int = 10,
+    max_records: int = 500,
+) -> list[Sampled]:
+    """Records with known values whose seed URLs one of `mappings` matches, while that mapping
+    has fewer than `per_mapping` records sampled for a field it reads and the record knows.
+    Records holding every field come first (a complete record tests every field at once)."""
+    fields = list(fields)
+    complete: list[Sampled] = []
+    partial: list[Sampled] = []
+    for record in records:
+        urls = list(record.get("_urls") or [])
+        known = known_values(record, fields)
+        if not urls or not known:
+            continue
+        (complete if len(known) == len(fields) else partial).append(
+            Sampled(str(record["_id"]), urls, known, record)
+        )
+        if len(complete) >= max_records * 4:  # enough to choose from
+            break
+    taken: Counter[str] = Counter()
+    out: list[Sampled] = []
+    for sampled in complete + partial:
+        wanted = False
+        for url in sampled.urls:
+            for mapping in mappings.matching(url):
+                if taken[mapping.name] < per_mapping and mapping.field_set & set(sampled.known):
+                    taken[mapping.name] += 1
+                    wanted = True
+        if wanted:
+            out.append(sampled)
+            if len(out) >= max_records:
+                break
+    return out
+
+
+def read_seed_records(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
+    from enrich_crawl.dataset.seedfile import read_seed_shard
+
+    for path in paths:
+        yield from read_seed_shard(Path(path))
+
+
+def write_sample_shard(sample: list[Sampled], path: Path) -> None:
+    """A seed shard of the sampled records in which the known fields are the ones to find: the
+    crawl then fetches their pages as it would for records missing them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from enrich_crawl.dataset.load import SEED_SCHEMA
+
+    rows = []
+    for s in sample:
+        r = s.record
+        rows.append(
+            {
+                "_id": s.id,
+                "_row": r.get("_row"),
+                "_urls": s.urls,
+                "_url_errors": json.dumps(r.get("_url_errors") or []),
+                "_missing": sorted(s.known),
+                "_data": json.dumps(r.get("_data") or {}, ensure_ascii=False, default=str),
+                "_raw": json.dumps(r.get("_raw") or {}, ensure_ascii=False, default=str),
+                "_line": r.get("_line"),
+                "_cell_errors": json.dumps(r.get("_cell_errors") or []),
+            }
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SEED_SCHEMA), path)
+
+
+# -- fetching ------------------------------------------------------------------------------------
+
+
+@dataclass
+class FetchContext:
+    """Where and as whom a collecting crawl runs (the same identity and store as `run`)."""
+
+    work_dir: Path  # the sample shard, the worker's output, the request log
+    mongo_uri: str | None  # the crawled-URL store and limiter of `run`; None: no persistence
+    mongo_db: str = "enrich_crawl"
+    user_agent: str = ""
+    proxy: str | None = None
+    allow_private: bool = False
+    run_id: str = ""
+    timeout: float | None = None  # seconds; the crawl stops cleanly (time budget) after it
+    log: Any = None  # callable(str) for progress lines
+
+    @classmethod
+    def from_environment(cls, work_dir: Path, mongo_uri: str | None, mongo_db: str, **kw: Any):
+        from enrich_crawl.config import Environment
+
+        env = Environment()
+        return cls(
+            work_dir=Path(work_dir),
+            mongo_uri=mongo_uri,
+            mongo_db=mongo_db,
+            user_agent=env.user_agent,
+            proxy=env.http_proxy,
+            allow_private=env.allow_private,
+            **kw,
+        )
+
+
+@dataclass
+class Collected:
+    """The pages of a collecting crawl, and its statistics."""
+
+    pages: dict[str, list[Any]]  # record id -> ExamplePage list
+    stats: dict[str, Any]
+    request_log: Path | None  # the virtual web's request log, when the dataset brings its web
+
+
+def collect_pages(
+    spec: Any,
+    sample: list[Sampled],
+    mappings_dir: Path | None,
+    ctx: FetchContext,
+    *,
+    learned_dir: Path | None = None,
+) -> Collected:
+    """Fetch the pages the sampled records' URLs lead to (within the dataset's crawl depth) with
+    the crawl worker in collecting mode; the pages are kept in the crawled-URL store too."""
+    from enrich_crawl.crawl.collect import CollectConfig, read_collected
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.extract.learn import ExamplePage
+
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = ctx.work_dir / "crawl"
+    if out_dir.exists():
+        import shutil
+
+        shutil.rmtree(out_dir)
+    seed_path = ctx.work_dir / "sample.parquet"
+    write_sample_shard(sample, seed_path)
+    empty = None
+    if mappings_dir is None:
+        empty = Path(tempfile.mkdtemp(prefix="no-mappings-", dir=ctx.work_dir))
+    crawl = spec.crawl.to_dict()
+    if ctx.timeout:
+        crawl["time_budget_seconds"] = float(ctx.timeout)
+    params = WorkerParams(
+        dataset=spec.name,
+        partition=COLLECT_PARTITION,
+        seed_path=str(seed_path),
+        out_dir=str(out_dir),
+        mappings_dir=str(mappings_dir or empty),
+        field_types=spec.field_types(),
+        crawl=crawl,
+        run_id=ctx.run_id or f"collect-{uuid.uuid4().hex[:12]}",
+        user_agent=ctx.user_agent,
+        proxy=ctx.proxy,
+        allow_private=ctx.allow_private,
+        mongo_uri=ctx.mongo_uri,
+        mongo_db=ctx.mongo_db,
+        collect=CollectConfig().to_dict(),
+        learned_mappings_dir=str(learned_dir) if has_mappings(learned_dir) else None,
+        log_level="WARNING",
+    )
+    log_path = None
+    with contextlib.ExitStack() as stack:
+        if spec.virtual_web is not None:
+            # the dataset brings its own web (demo, offline tests): served for this crawl, as
+            # crawl_results serves it, its request log the evidence of politeness
+            from enrich_crawl.testing.web import running_web
+
+            log_path = ctx.work_dir / "web-requests.jsonl"
+            web = stack.enter_context(running_web(spec.virtual_web, log_path=log_path))
+            params.proxy = web.proxy_url
+        stats = run_worker(params, ctx.work_dir, log=ctx.log)
+    if empty is not None:
+        with contextlib.suppress(OSError):
+            empty.rmdir()
+    pages: dict[str, list[Any]] = defaultdict(list)
+    for row in read_collected(out_dir):
+        pages[row["record"]].append(
+            ExamplePage(
+                row["url"],
+                row["body"],
+                content_type=row.get("content_type"),
+                fragment=row.get("fragment") or "",
+                depth=int(row.get("depth") or 0),
+                status=int(row.get("status") or 200),
+            )
+        )
+    return Collected(dict(pages), stats, log_path)
+
+
+def run_worker(params: Any, work_dir: Path, *, log: Any = None) -> dict[str, Any]:
+    """Run `python -m enrich_crawl.crawl.worker --params FILE` to its end in its own session
+    (its whole process tree is stopped if this is interrupted); returns its statistics."""
+    params_file = work_dir / "worker-params.json"
+    write_json(params_file, params.to_dict())
+    stderr_path = work_dir / "worker.log"
+    env = dict(os.environ)
+    if params.mongo_uri:
+        env["MONGODB_URI"] = params.mongo_uri
+    cmd = [sys.executable, "-m", "enrich_crawl.crawl.worker", "--params", str(params_file)]
+    with open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True
+        )
+        try:
+            progress = Path(params.out_dir) / "progress.json"
+            last = 0.0
+            while proc.poll() is None:
+                time.sleep(0.5)
+                if log is not None and time.monotonic() - last > 10 and progress.exists():
+                    last = time.monotonic()
+                    with contextlib.suppress(OSError, ValueError, KeyError):
+                        snap = read_json(progress)
+                        log(
+                            f"collecting pages: records {snap['records_done']}/"
+                            f"{snap['records_fed']}, pages {snap['pages']}"
+                        )
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    stats_path = Path(params.out_dir) / "stats.json"
+    if proc.returncode != 0 or not stats_path.exists():
+        tail = stderr_path.read_text("utf-8", errors="replace").strip().splitlines()[-5:]
+        raise RuntimeError(
+            f"the crawl worker collecting pages failed (exit {proc.returncode}; log "
+            f"{stderr_path}): " + " | ".join(tail)
+        )
+    return read_json(stats_path)
+
+
+def fetch_summary(stats: dict[str, Any], sample: list[Sampled]) -> dict[str, Any]:
+    """What the collecting crawl cost, for the learn report and the asset metadata."""
+    collected = stats.get("collected") or {}
+    pages = int(stats.get("pages") or 0)
+    return {
+        "records_sampled": len(sample),
+        "templates": len({template_key(s.urls[0]) for s in sample}),
+        "pages_fetched": pages,
+        "pages_from_store": int(stats.get("pages_from_store") or 0),
+        "pages_reused": int(stats.get("pages_reused") or 0),
+        "pages_collected": int(collected.get("pages") or 0),
+        "pages_fetched_per_record": round(pages / len(sample), 3) if sample else 0.0,
+        "robots_fetched": int(stats.get("robots_fetched") or 0),
+        "robots_refusals": int(stats.get("robots_refusals") or 0),
+        "requests": int(stats.get("requests") or 0),
+        "errors_by_kind": stats.get("errors_by_kind") or {},
+        "seconds": stats.get("seconds"),
+    }
+
+
+# -- mappings ------------------------------------------------------------------------------------
+
+
+def with_learned(given: Any, learned: Any) -> Any:
+    """The given mappings plus the learned ones, the given ones taking precedence: a learned
+    mapping named like a given one is left out, and the learned ones rank below every given one
+    (their priorities shifted down together, so their own order holds)."""
+    from enrich_crawl.extract.mapping import MappingSet
+
+    names = {m.name for m in given}
+    kept = [m for m in learned if m.name not in names]
+    if len(given) and kept:
+        shift = min(0, min(m.priority for m in given) - 1 - max(m.priority for m in kept))
+        for mapping in kept:
+            mapping.priority += shift
+    combined = MappingSet([*given, *kept])
+    combined.errors = [*given.errors, *learned.errors]
+    return combined
+
+
+def has_mappings(directory: Path | None) -> bool:
+    from enrich_crawl.extract.mapping import mapping_files
+
+    return directory is not None and Path(directory).is_dir() and bool(mapping_files(directory))
+
+
+def clear_learned(out_dir: Path) -> None:
+    """Remove what an earlier `learn` wrote in `out_dir` (its report and the mapping files with
+    a `learned` object); hand-written mappings there are left alone."""
+    if not out_dir.is_dir():
+        return
+    (out_dir / REPORT_FILE).unlink(missing_ok=True)
+    for path in out_dir.glob("*.json"):
+        try:
+            raw = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("learned"), dict):
+            path.unlink(missing_ok=True)
+
+
+# -- learn and evaluate --------------------------------------------------------------------------
+
+
+@dataclass
+class LearnOutcome:
+    report: dict[str, Any]
+    files: list[Path]
+    mappings: list[dict[str, Any]]
+    fetch: dict[str, Any]
+
+
+def learn_dataset(
+    spec: Any,
+    seed_paths: list[Path],
+    out_dir: Path,
+    ctx: FetchContext,
+    *,
+    given_dir: Path | None = None,
+    min_precision: float = 0.95,
+    per_template: int = 30,
+    max_records: int = 2000,
+    seed: int = 0,
+) -> LearnOutcome:
+    """Learn mappings for `spec`'s fields from its known values; writes them and the report
+    into `out_dir` (earlier learned files there are replaced)."""
+    from enrich_crawl.extract.learn import Example, learn, write_learned
+    from enrich_crawl.extract.mapping import MappingSet
+
+    if not 0 < min_precision <= 1:
+        raise LearningError(f"--min-precision {min_precision}: must be in (0, 1]")
+    given = MappingSet.load(given_dir) if given_dir is not None else None
+    sample = sample_for_learning(
+        read_seed_records(seed_paths),
+        spec.fields,
+        per_template=per_template,
+        per_domain=per_template * 3,
+        max_records=max_records,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clear_learned(out_dir)
+    if not sample:
+        fetch = fetch_summary({}, sample)
+        report = {
+            "dataset": spec.name,
+            "fields": {
+                name: {
+                    "examples": 0,
+                    "rules": [],
+                    "rejected": [],
+                    "why_none": "no record with a "
+                    "usable URL holds a value of this field: nothing to learn from",
+                }
+                for name in spec.fields
+            },
+            "fetch": fetch,
+            "mappings": [],
+        }
+        write_json(out_dir / REPORT_FILE, report)
+        return LearnOutcome(report, [out_dir / REPORT_FILE], [], fetch)
+    collected = collect_pages(spec, sample, given_dir if has_mappings(given_dir) else None, ctx)
+    examples = [Example(s.id, s.known, collected.pages.get(s.id, [])) for s in sample]
+    result = learn(
+        examples, spec.field_types(), existing=given, min_precision=min_precision, seed=seed
+    )
+    fetch = fetch_summary(collected.stats, sample)
+    result.report["fetch"] = fetch
+    result.report.setdefault("dataset", spec.name)
+    files = write_learned(result, out_dir)
+    return LearnOutcome(result.report, list(files), list(result.mappings), fetch)
+
+
+def evaluate_dataset(
+    spec: Any,
+    seed_paths: list[Path],
+    mappings: Any,
+    mappings_dir: Path | None,
+    ctx: FetchContext,
+    *,
+    learned_dir: Path | None = None,
+    per_mapping: int = 10,
+    max_records: int = 500,
+    max_disagreements: int = 5,
+) -> dict[str, Any]:
+    """How well `mappings` agree with the known values of a bounded sample of records (the JSON
+    of `mapping evaluate`): per mapping and field, examples, agreement, yield, disagreements."""
+    from enrich_crawl.extract.learn import Example, evaluate
+
+    if per_mapping < 1:
+        raise LearningError(f"--sample {per_mapping}: must be at least 1")
+    sample = sample_for_mappings(
+        read_seed_records(seed_paths),
+        spec.fields,
+        mappings,
+        per_mapping=per_mapping,
+        max_records=max_records,
+    )
+    if not sample:
+        return {
+            "dataset": spec.name,
+            "records_sampled": 0,
+            "mappings": {},
+            "note": "no record with known values has a URL that one of the mappings matches",
+        }
+    collected = collect_pages(spec, sample, mappings_dir, ctx, learned_dir=learned_dir)
+    examples = [Example(s.id, s.known, collected.pages.get(s.id, [])) for s in sample]
+    result = evaluate(mappings, examples, spec.field_types(), max_disagreements=max_disagreements)
+    return {
+        "dataset": spec.name,
+        "records_sampled": len(sample),
+        "fetch": fetch_summary(collected.stats, sample),
+        **result,
+    }
