@@ -222,6 +222,7 @@ def run_enrich_job(
     *,
     stream: TextIO = sys.stderr,
     verbose: bool = False,
+    learn: bool | None = None,
 ) -> RunOutcome:
     """Execute enrich_job for one dataset in the current instance; blocks until it ends."""
     ensure_dagster_home()
@@ -238,6 +239,8 @@ def run_enrich_job(
                 "config": {
                     "spec": str(spec.path),
                     "mappings": str(mappings_dir or config.mappings_dir()),
+                    # `run --learn`: learn mappings first, whatever the spec's `learn` says
+                    **({"learn": learn} if learn is not None else {}),
                 }
             },
             # the progress display and the summary say what matters; the full event log and the
