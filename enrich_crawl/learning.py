@@ -225,7 +225,7 @@ class FetchContext:
 class Collected:
     """The pages of a collecting crawl, and its statistics."""
 
-    pages: dict[str, list[Any]]  # record id -> ExamplePage list
+    pages: dict[str, list[dict[str, Any]]]  # record id -> pages.jsonl lines, bodies read back
     stats: dict[str, Any]
     request_log: Path | None  # the virtual web's request log, when the dataset brings its web
 
@@ -242,7 +242,6 @@ def collect_pages(
     the crawl worker in collecting mode; the pages are kept in the crawled-URL store too."""
     from enrich_crawl.crawl.collect import CollectConfig, read_collected
     from enrich_crawl.crawl.params import WorkerParams
-    from enrich_crawl.extract.learn import ExamplePage
 
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     out_dir = ctx.work_dir / "crawl"
@@ -290,19 +289,34 @@ def collect_pages(
     if empty is not None:
         with contextlib.suppress(OSError):
             empty.rmdir()
-    pages: dict[str, list[Any]] = defaultdict(list)
+    pages: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in read_collected(out_dir):
-        pages[row["record"]].append(
-            ExamplePage(
-                row["url"],
-                row["body"],
-                content_type=row.get("content_type"),
-                fragment=row.get("fragment") or "",
-                depth=int(row.get("depth") or 0),
-                status=int(row.get("status") or 200),
-            )
-        )
+        pages[row["record"]].append(row)
     return Collected(dict(pages), stats, log_path)
+
+
+def examples_of(sample: list[Sampled], collected: Collected) -> list[Any]:
+    """The learner's examples: each sampled record's known values and collected pages."""
+    from enrich_crawl.extract.learn import Example, ExamplePage
+
+    return [
+        Example(
+            s.id,
+            s.known,
+            [
+                ExamplePage(
+                    row["url"],
+                    row["body"],
+                    content_type=row.get("content_type"),
+                    fragment=row.get("fragment") or "",
+                    depth=int(row.get("depth") or 0),
+                    status=int(row.get("status") or 200),
+                )
+                for row in collected.pages.get(s.id, [])
+            ],
+        )
+        for s in sample
+    ]
 
 
 def run_worker(params: Any, work_dir: Path, *, log: Any = None) -> dict[str, Any]:
@@ -437,7 +451,7 @@ def learn_dataset(
 ) -> LearnOutcome:
     """Learn mappings for `spec`'s fields from its known values; writes them and the report
     into `out_dir` (earlier learned files there are replaced)."""
-    from enrich_crawl.extract.learn import Example, learn, write_learned
+    from enrich_crawl.extract.learn import learn, write_learned
     from enrich_crawl.extract.mapping import MappingSet
 
     if not 0 < min_precision <= 1:
@@ -472,7 +486,7 @@ def learn_dataset(
         write_json(out_dir / REPORT_FILE, report)
         return LearnOutcome(report, [out_dir / REPORT_FILE], [], fetch)
     collected = collect_pages(spec, sample, given_dir if has_mappings(given_dir) else None, ctx)
-    examples = [Example(s.id, s.known, collected.pages.get(s.id, [])) for s in sample]
+    examples = examples_of(sample, collected)
     result = learn(
         examples, spec.field_types(), existing=given, min_precision=min_precision, seed=seed
     )
@@ -497,7 +511,7 @@ def evaluate_dataset(
 ) -> dict[str, Any]:
     """How well `mappings` agree with the known values of a bounded sample of records (the JSON
     of `mapping evaluate`): per mapping and field, examples, agreement, yield, disagreements."""
-    from enrich_crawl.extract.learn import Example, evaluate
+    from enrich_crawl.extract.learn import evaluate
 
     if per_mapping < 1:
         raise LearningError(f"--sample {per_mapping}: must be at least 1")
@@ -516,7 +530,7 @@ def evaluate_dataset(
             "note": "no record with known values has a URL that one of the mappings matches",
         }
     collected = collect_pages(spec, sample, mappings_dir, ctx, learned_dir=learned_dir)
-    examples = [Example(s.id, s.known, collected.pages.get(s.id, [])) for s in sample]
+    examples = examples_of(sample, collected)
     result = evaluate(mappings, examples, spec.field_types(), max_disagreements=max_disagreements)
     return {
         "dataset": spec.name,
