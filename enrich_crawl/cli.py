@@ -259,20 +259,18 @@ def cmd_mapping_learn(args: argparse.Namespace) -> int:
 
 
 def _field_line(entry: object) -> str:
-    """One line of the learn report's entry of a field (its layout is the learner's)."""
+    """One line of the learn report's entry of a field."""
     if not isinstance(entry, dict):
         return str(entry)
-    parts = [f"examples {entry.get('examples', '?')}"]
-    rules = entry.get("rules") or entry.get("kept") or []
-    if rules:
-        parts.append(f"{len(rules)} rule(s) kept")
-        best = rules[0] if isinstance(rules[0], dict) else {}
-        for key in ("precision", "recall"):
-            if isinstance(best.get(key), (int, float)):
-                parts.append(f"{key} {best[key]:.3f}")
-    why = entry.get("why_none") or entry.get("why") or entry.get("reason")
-    if not rules and why:
-        parts.append(f"nothing learned: {why}")
+    parts = [f"examples {entry.get('examples', 0)}"]
+    for mapping, outcome in sorted((entry.get("mappings") or {}).items()):
+        kept = (outcome or {}).get("kept")
+        if kept:
+            parts.append(
+                f"{mapping}: precision {kept.get('precision')}, recall {kept.get('recall')}"
+            )
+    if entry.get("why_nothing"):
+        parts.append(f"nothing learned: {entry['why_nothing']}")
     return ", ".join(parts)
 
 

@@ -451,7 +451,6 @@ def learn_dataset(
 ) -> LearnOutcome:
     """Learn mappings for `spec`'s fields from its known values; writes them and the report
     into `out_dir` (earlier learned files there are replaced)."""
-    from enrich_crawl.extract.learn import learn, write_learned
     from enrich_crawl.extract.mapping import MappingSet
 
     if not 0 < min_precision <= 1:
@@ -470,21 +469,26 @@ def learn_dataset(
         fetch = fetch_summary({}, sample)
         report = {
             "dataset": spec.name,
+            "min_precision": min_precision,
+            "examples": 0,
+            "pages": 0,
+            "mappings": [],
             "fields": {
                 name: {
                     "examples": 0,
-                    "rules": [],
-                    "rejected": [],
-                    "why_none": "no record with a "
-                    "usable URL holds a value of this field: nothing to learn from",
+                    "pages": 0,
+                    "mappings": {},
+                    "why_nothing": "no record with a usable URL holds a value of this field: "
+                    "nothing to learn from",
                 }
                 for name in spec.fields
             },
             "fetch": fetch,
-            "mappings": [],
         }
         write_json(out_dir / REPORT_FILE, report)
         return LearnOutcome(report, [out_dir / REPORT_FILE], [], fetch)
+    from enrich_crawl.extract.learn import learn, write_learned
+
     collected = collect_pages(spec, sample, given_dir if has_mappings(given_dir) else None, ctx)
     examples = examples_of(sample, collected)
     result = learn(
@@ -532,6 +536,13 @@ def evaluate_dataset(
     collected = collect_pages(spec, sample, mappings_dir, ctx, learned_dir=learned_dir)
     examples = examples_of(sample, collected)
     result = evaluate(mappings, examples, spec.field_types(), max_disagreements=max_disagreements)
+    # SPEC 3b's names beside the learner's: agreement is precision, yield is recall
+    for entry in [
+        *(e for fields in (result.get("mappings") or {}).values() for e in fields.values()),
+        *(result.get("fields") or {}).values(),
+    ]:
+        entry["agreement"] = entry.get("precision")
+        entry["yield"] = entry.get("recall")
     return {
         "dataset": spec.name,
         "records_sampled": len(sample),
@@ -550,7 +561,7 @@ def _learned_numbers(learned: dict[str, Any], name: str) -> dict[str, Any]:
     per_field = (learned.get("fields") or {}).get(name)
     if isinstance(per_field, dict):
         out.update({k: per_field.get(k) for k in ("examples", "precision", "recall")})
-    for key in ("examples", "precision", "recall"):
+    for key in ("examples", "precision", "recall", "held_out"):
         value = learned.get(key)
         if isinstance(value, dict) and name in value:
             out[key] = value[name]
@@ -574,6 +585,7 @@ def learned_fields(mappings: Iterable[dict[str, Any]]) -> dict[str, list[dict[st
                     "examples": numbers.get("examples"),
                     "precision": numbers.get("precision"),
                     "recall": numbers.get("recall"),
+                    "held_out": numbers.get("held_out"),
                     "rule": rule.get("processors"),
                 }
             )
@@ -603,8 +615,7 @@ def evaluation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (mapping, field) of an evaluation: examples, agreement, yield, disagreements."""
     rows = []
     for mapping, entry in sorted((result.get("mappings") or {}).items()):
-        fields = entry.get("fields", entry) if isinstance(entry, dict) else {}
-        for name, numbers in sorted(fields.items()):
+        for name, numbers in sorted((entry or {}).items()):
             if not isinstance(numbers, dict):
                 continue
             rows.append(

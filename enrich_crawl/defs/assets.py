@@ -167,7 +167,7 @@ def learned_mappings(
 
 def _why_not(report: dict[str, Any], name: str) -> str:
     entry = (report.get("fields") or {}).get(name) or {}
-    why = entry.get("why_none") or entry.get("why") or entry.get("reason") if entry else None
+    why = entry.get("why_nothing")
     return f"nothing learned: {why}" if why else "nothing learned"
 
 
