@@ -224,13 +224,22 @@ def cmd_mapping_learn(args: argparse.Namespace) -> int:
     if not 0 < args.min_precision <= 1:
         _err(f"--min-precision {args.min_precision}: must be a share in (0, 1], e.g. 0.95")
         return 2
+    if args.per_template < 1:
+        _err(f"--per-template {args.per_template}: must be at least 1")
+        return 2
     given = Path(args.mappings) if args.mappings else None
     try:
         if given is not None:
             _mappings_or_error(given)
         spec, ctx, seeds = _learning_setup(args.dataset)
         outcome = learn_dataset(
-            spec, seeds, out, ctx, given_dir=given, min_precision=args.min_precision
+            spec,
+            seeds,
+            out,
+            ctx,
+            given_dir=given,
+            min_precision=args.min_precision,
+            per_template=args.per_template,
         )
     except (LearningError, ValueError) as exc:
         _err(str(exc))
@@ -533,6 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.95,
         help="held-out precision a rule needs to be kept (default 0.95)",
+    )
+    learn.add_argument(
+        "--per-template",
+        type=int,
+        default=40,
+        help="example records fetched per site template and field (default 40)",
     )
     learn.set_defaults(func=cmd_mapping_learn)
     evaluate = msub.add_parser(

@@ -81,8 +81,8 @@ def sample_for_learning(
     records: Iterable[dict[str, Any]],
     fields: Iterable[str],
     *,
-    per_template: int = 30,
-    per_domain: int = 90,
+    per_template: int = 40,
+    per_domain: int = 120,
     max_records: int = 2000,
 ) -> list[Sampled]:
     """Records with known values, in file order, taken while one of their known fields has fewer
@@ -445,7 +445,7 @@ def learn_dataset(
     *,
     given_dir: Path | None = None,
     min_precision: float = 0.95,
-    per_template: int = 30,
+    per_template: int = 40,
     max_records: int = 2000,
     seed: int = 0,
 ) -> LearnOutcome:
