@@ -1,0 +1,663 @@
+"""The learner: example records with known values -> mapping files that reproduce them.
+
+1. Pages are grouped into site templates: the registrable domain, then the host and the URL
+   shape (the path prefix shared by the example pages). A template with enough examples gets its
+   own mapping; the long tail (hosts with one or two examples) is learned together, into one
+   low-priority generic mapping whose rules must hold across hosts.
+2. On the training part of a template's examples, every place where a known value sits (see
+   `locate`) gives candidate rules; those found on the most examples are kept for validation.
+3. Each candidate is compiled as a mapping and run by the extraction engine itself on the held-out
+   examples' pages (a record's value is the first its pages yield, shallowest page first, as the
+   crawl resolves it). Precision: held-out examples where it yields the known value, over those
+   where it yields anything (a wrong value counts against it, nothing does not). Recall: over all
+   held-out examples of the field. A rule is kept only at precision >= `min_precision`; among
+   those, the most right values net of wrong ones (one wrong weighs ten missing), then the
+   simplest wins.
+4. A value found only on deeper pages (depth >= 1) needs the link to them: link rules (the anchor
+   text, its class, ...) are learned the same way and written as `url_parsers`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from enrich_crawl.extract.errors import MappingError
+from enrich_crawl.extract.learn.compare import known_value, renderings, same_value
+from enrich_crawl.extract.learn.locate import (
+    CROSS_SITE_KINDS,
+    Candidate,
+    PageFacts,
+    candidates_for,
+    has_class,
+    xq,
+)
+from enrich_crawl.extract.learn.model import Example, LearnResult
+from enrich_crawl.extract.mapping import Mapping, MappingSet, compile_mapping, run_mapping
+
+MIN_TEMPLATE_EXAMPLES = 4  # fewer examples on a template: its records go to the generic mapping
+MAX_TRAIN = 24  # training examples per template and field (candidates come from these)
+MAX_HELD_OUT = 60  # held-out examples per template and field (rules are validated on these)
+MAX_CANDIDATES = 24  # candidates validated per field and template, most supported first
+PER_HOST_GENERIC = 2  # examples per host in the generic mapping (every host weighs the same)
+TEMPLATE_PRIORITY = -10
+GENERIC_PRIORITY = -20
+MIN_HELD_OUT_YIELD = 2  # a rule must have yielded on this many held-out examples to be judged
+
+
+@dataclass
+class Prepared:
+    example: Example
+    pages: list[PageFacts]
+    values: dict[str, Any]  # known values, typed as the dataset types them
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.pages[0].source.url).hostname or "" if self.pages else ""
+
+
+@dataclass
+class Judged:
+    candidate: Candidate
+    yielded: int = 0
+    correct: int = 0
+    held_out: int = 0
+    mistakes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float:
+        return self.correct / self.yielded if self.yielded else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.correct / self.held_out if self.held_out else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rule": self.candidate.chain,
+            "kind": self.candidate.kind,
+            "held_out": self.held_out,
+            "yielded": self.yielded,
+            "correct": self.correct,
+            "precision": round(self.precision, 4),
+            "recall": round(self.recall, 4),
+        }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:60] or "site"
+
+
+def _prepare(examples: Iterable[Example], field_types: dict[str, str]) -> list[Prepared]:
+    out = []
+    for example in examples:
+        values = {}
+        for name, value in (example.values or {}).items():
+            ftype = field_types.get(name)
+            if ftype is None:
+                continue
+            typed = known_value(value, ftype)
+            if typed is not None:
+                values[name] = typed
+        pages = []
+        for page in sorted(example.pages, key=lambda p: p.depth):
+            try:
+                pages.append(PageFacts(page))
+            except (ValueError, TypeError):
+                continue  # an undecodable page teaches nothing; the others still do
+        if pages and values:
+            out.append(Prepared(example, pages, values))
+    return out
+
+
+def _template_key(prepared: Prepared) -> tuple[str, str]:
+    """(host, path prefix) of the record's first page: the site a mapping is written for."""
+    parts = urlsplit(prepared.pages[0].source.url)
+    host = (parts.hostname or "").lower()
+    path = parts.path or "/"
+    directory = path.rsplit("/", 1)[0] + "/" if "/" in path else "/"
+    segments = [s for s in directory.split("/") if s]
+    # the first path segment keeps shared hosts' sites apart (sites.host/<slug>/...)
+    return host, ("/" + segments[0] + "/") if segments else "/"
+
+
+def _url_pattern(host: str, prefix: str) -> dict[str, Any]:
+    host_re = re.escape(host.removeprefix("www."))
+    prefix_re = re.escape(prefix) if prefix != "/" else "/"
+    return {
+        "type": "regex",
+        "pattern": f"^https?://(?:www\\.)?{host_re}(?::\\d+)?{prefix_re}[^#]*(?:#.*)?$",
+    }
+
+
+GENERIC_PATTERN = {"type": "regex", "pattern": "^https?://[^/]+/[^#]*(?:#.*)?$"}
+
+
+class _Compiled:
+    """Candidates compiled once as one-field mappings (so the engine runs them exactly as a
+    learned mapping file would be run)."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, str], Mapping | None] = {}
+
+    def get(self, name: str, cand: Candidate) -> Mapping | None:
+        key = (name, cand.processors)
+        if key not in self.cache:
+            raw = {
+                "name": "candidate",
+                "url_patterns": [GENERIC_PATTERN],
+                "fields": [{"name": name, "processors": cand.chain}],
+            }
+            try:
+                self.cache[key] = compile_mapping(raw)
+            except MappingError:
+                self.cache[key] = None  # e.g. a regex the engine refuses: not a rule
+        return self.cache[key]
+
+
+def _predict(mapping: Mapping, prepared: Prepared, name: str, ftype: str) -> tuple[Any, str]:
+    """The value the crawl would resolve for the record: the first its pages yield, by depth."""
+    example = prepared.example
+    for facts in prepared.pages:
+        result = run_mapping(
+            mapping,
+            facts.page,
+            fragment=facts.source.fragment,
+            record_id=example.record_id,
+            field_types={name: ftype},
+            only_fields=(name,),
+            with_links=False,
+        )
+        if name in result.fields:
+            return result.fields[name], facts.source.url
+    return None, ""
+
+
+def _split(items: list[Prepared], rng: random.Random, *, by_host: bool) -> tuple[list, list]:
+    """Training and held-out examples (whole hosts held out for the generic mapping)."""
+    if by_host:
+        hosts = sorted({p.host for p in items})
+        rng.shuffle(hosts)
+        held_hosts = set(hosts[: max(1, round(len(hosts) * 0.4))])
+        train = [p for p in items if p.host not in held_hosts]
+        held = [p for p in items if p.host in held_hosts]
+        return train, held
+    order = list(items)
+    rng.shuffle(order)
+    n_held = max(1, round(len(order) * 0.4))
+    return order[n_held:], order[:n_held]
+
+
+def _field_examples(items: list[Prepared], name: str) -> list[Prepared]:
+    return [p for p in items if name in p.values]
+
+
+def _judge(
+    compiled: _Compiled, cand: Candidate, held: list[Prepared], name: str, ftype: str
+) -> Judged | None:
+    mapping = compiled.get(name, cand)
+    if mapping is None:
+        return None
+    judged = Judged(cand, held_out=len(held))
+    for prepared in held:
+        value, url = _predict(mapping, prepared, name, ftype)
+        if value is None:
+            continue
+        judged.yielded += 1
+        if same_value(value, prepared.values[name], ftype):
+            judged.correct += 1
+        elif len(judged.mistakes) < 3:
+            judged.mistakes.append(
+                {
+                    "record": prepared.example.record_id,
+                    "url": url,
+                    "expected": prepared.values[name],
+                    "got": value,
+                }
+            )
+    return judged
+
+
+WRONG_COST = 10  # a wrong value costs as much as this many missing ones
+
+
+def _choose(judged: list[Judged], min_precision: float) -> Judged | None:
+    """The rule to keep: precision at least `min_precision` on enough held-out yields; then the
+    most right values net of wrong ones (a wrong value weighs `WRONG_COST` missing ones: precision
+    first, coverage next), then the more precise, then the simplest."""
+    qualified = [
+        j
+        for j in judged
+        if j.yielded >= min(MIN_HELD_OUT_YIELD, j.held_out) and j.precision >= min_precision
+    ]
+    if not qualified:
+        return None
+    return min(
+        qualified,
+        key=lambda j: (
+            -(j.correct - WRONG_COST * (j.yielded - j.correct)),
+            -j.precision,
+            j.candidate.cost,
+        ),
+    )
+
+
+@dataclass
+class FieldOutcome:
+    kept: Judged | None
+    rejected: list[Judged]
+    examples: int
+    train: int
+    held_out: int
+    why: str = ""
+
+
+def _learn_field(
+    items: list[Prepared],
+    name: str,
+    ftype: str,
+    *,
+    generic: bool,
+    min_precision: float,
+    rng: random.Random,
+    compiled: _Compiled,
+    shared_pages: set[str],
+) -> FieldOutcome:
+    with_value = _field_examples(items, name)
+    if len(with_value) < 2:
+        return FieldOutcome(None, [], len(with_value), 0, 0, "fewer than 2 examples with a value")
+    if ftype == "boolean":
+        return FieldOutcome(
+            None,
+            [],
+            len(with_value),
+            0,
+            0,
+            "boolean fields are not learned (a yes/no is rarely written as text to find)",
+        )
+    train, held = _split(with_value, rng, by_host=generic)
+    if not train or not held:
+        return FieldOutcome(None, [], len(with_value), len(train), len(held), "too few hosts")
+    train, held = train[:MAX_TRAIN], held[:MAX_HELD_OUT]
+    support: Counter[str] = Counter()
+    found: dict[str, Candidate] = {}
+    for prepared in train:
+        known = prepared.values[name]
+        needles = renderings(known, ftype)
+        seen_here: set[str] = set()
+        for facts in prepared.pages:
+            scoped = bool(facts.source.fragment) or facts.source.url in shared_pages
+            cands = candidates_for(
+                facts,
+                known,
+                ftype,
+                needles,
+                fragment=facts.source.fragment,
+                record_id=prepared.example.record_id,
+                scoped=scoped,
+            )
+            for key, cand in cands.items():
+                if generic and cand.kind == "positional":
+                    continue
+                found.setdefault(key, cand)
+                seen_here.add(key)
+        support.update(seen_here)
+    if not found:
+        return FieldOutcome(
+            None,
+            [],
+            len(with_value),
+            len(train),
+            len(held),
+            "the known values were not found on the training examples' pages",
+        )
+    ranked = sorted(found.values(), key=lambda c: (-support[c.processors], c.cost))
+    if generic:  # cross-site first: structured-data keys hold on many hosts at once
+        ranked.sort(key=lambda c: (c.kind not in CROSS_SITE_KINDS, -support[c.processors], c.cost))
+    judged = []
+    for cand in ranked[:MAX_CANDIDATES]:
+        if support[cand.processors] < 2 and len(train) >= 4:
+            continue  # found on one training example only: chance, not a rule
+        result = _judge(compiled, cand, held, name, ftype)
+        if result is not None:
+            judged.append(result)
+    kept = _choose(judged, min_precision)
+    rejected = sorted((j for j in judged if j is not kept), key=lambda j: (-j.precision, -j.recall))
+    why = ""
+    if kept is None:
+        why = (
+            f"no rule reached precision {min_precision} on the held-out examples"
+            if judged
+            else "no candidate rule was found on more than one training example"
+        )
+    return FieldOutcome(kept, rejected, len(with_value), len(train), len(held), why)
+
+
+# -- links to deeper pages ---------------------------------------------------------------------
+
+
+def _link_candidates(parent: PageFacts, target_url: str) -> list[tuple[str, str]]:
+    """(XPath of the link's href, kind) for the links of `parent` that lead to `target_url`."""
+    out: list[tuple[str, str]] = []
+    for anchor in parent.links().get(target_url, [])[:3]:
+        text = " ".join((anchor.xpath("normalize-space(.)") or "").split())
+        if 0 < len(text) <= 40:
+            out.append((f"//a[normalize-space(.)={xq(text)}]/@href", "label"))
+        classes = [c for c in (anchor.get("class") or "").split() if "'" not in c]
+        if classes:
+            out.append((f"//a[{has_class(classes[0])}]/@href", "class"))
+        parent_el = anchor.getparent()
+        pclasses = [c for c in (parent_el.get("class") or "").split() if "'" not in c]
+        if pclasses and parent_el.tag in ("li", "div", "p", "span", "td"):
+            joined = " ".join(pclasses)
+            out.append((f"//{parent_el.tag}[@class={xq(joined)}]/a/@href", "class"))
+        if classes and pclasses:
+            out.append(
+                (
+                    f"//{parent_el.tag}[{has_class(pclasses[-1])}]/a[{has_class(classes[0])}]/@href",
+                    "class",
+                )
+            )
+    return out
+
+
+def _learn_links(
+    items: list[Prepared],
+    value_pages: dict[str, set[str]],
+    rng: random.Random,
+    min_precision: float,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """url_parsers that lead from a record's pages to the deeper pages holding its values.
+
+    `value_pages`: record id -> URLs of its pages (depth >= 1) where a kept field rule yields the
+    known value. Returns (url_parsers, report entries)."""
+    support: Counter[str] = Counter()
+    kinds: dict[str, str] = {}
+    deep = [p for p in items if value_pages.get(p.example.record_id)]
+    if len(deep) < 2:
+        return [], []
+    order = list(deep)
+    rng.shuffle(order)
+    n_held = max(1, round(len(order) * 0.4))
+    held, train = order[:n_held], order[n_held:][:MAX_TRAIN]
+    for prepared in train:
+        here: set[str] = set()
+        targets = value_pages[prepared.example.record_id]
+        by_url = {f.source.url: f for f in prepared.pages}
+        for facts in prepared.pages:
+            if facts.source.url not in targets:
+                continue
+            # the chain of pages from the record's first page down to this one
+            chain = _path_to(prepared, facts, by_url)
+            for parent, child in chain:
+                for expression, kind in _link_candidates(parent, child.source.url):
+                    kinds.setdefault(expression, kind)
+                    here.add(expression)
+        support.update(here)
+    reports: list[dict[str, Any]] = []
+    parsers: list[dict[str, Any]] = []
+    covered: set[str] = set()
+    ranked = sorted(support, key=lambda e: (-support[e], len(e)))
+    for expression in ranked[:MAX_CANDIDATES]:
+        if support[expression] < 2 and len(train) >= 4:
+            continue
+        try:
+            mapping = compile_mapping(
+                {
+                    "name": "links",
+                    "url_patterns": [GENERIC_PATTERN],
+                    "url_parsers": [
+                        {
+                            "processors": [
+                                {"type": "xpath", "parameters": {"expression": expression}}
+                            ]
+                        }
+                    ],
+                }
+            )
+        except MappingError:
+            continue
+        useful = yielded = fetched = 0
+        reached: set[str] = set()
+        for prepared in held:
+            targets = value_pages[prepared.example.record_id]
+            got: set[str] = set()
+            for facts in prepared.pages:
+                result = run_mapping(
+                    mapping,
+                    facts.page,
+                    fragment=facts.source.fragment,
+                    record_id=prepared.example.record_id,
+                    with_links=True,
+                    only_fields=(),
+                )
+                got.update(u.split("#")[0] for u in result.links)
+            if got:
+                yielded += 1
+                fetched += len(got)
+                hit = got & targets
+                if hit:
+                    useful += 1
+                    reached.update(f"{prepared.example.record_id} {u}" for u in hit)
+        precision = useful / yielded if yielded else 0.0
+        entry = {
+            "rule": expression,
+            "kind": kinds[expression],
+            "held_out": len(held),
+            "yielded": yielded,
+            "precision": round(precision, 4),
+            "recall": round(useful / len(held), 4) if held else 0.0,
+            "links_per_page": round(fetched / yielded, 2) if yielded else 0.0,
+        }
+        keep = (
+            yielded
+            and precision >= min_precision
+            and fetched / yielded <= 3
+            and not reached <= covered
+        )
+        entry["kept"] = bool(keep)
+        reports.append(entry)
+        if keep:
+            covered |= reached
+            parsers.append(
+                {
+                    "description": f"learned: links to the pages holding values ({entry['kind']})",
+                    "processors": [{"type": "xpath", "parameters": {"expression": expression}}],
+                }
+            )
+        if len(parsers) >= 4:
+            break
+    return parsers, reports
+
+
+def _path_to(prepared: Prepared, target: PageFacts, by_url: dict[str, PageFacts]):
+    """Parent -> child page pairs from a depth-0 page down to `target` (breadth-first over the
+    record's own pages and their links)."""
+    if target.depth == 0:
+        return []
+    for parent in prepared.pages:
+        if parent.depth == target.depth - 1 and target.source.url in parent.links():
+            return [*_path_to(prepared, parent, by_url), (parent, target)]
+    return []
+
+
+# -- the whole ---------------------------------------------------------------------------------
+
+
+def _covered_by_existing(existing: MappingSet | None, prepared: Prepared, name: str) -> bool:
+    if existing is None:
+        return False
+    for facts in prepared.pages:
+        url = facts.source.url + (f"#{facts.source.fragment}" if facts.source.fragment else "")
+        if any(name in m.field_set for m in existing.matching(url)):
+            return True
+    return False
+
+
+def learn(
+    examples: list[Example],
+    field_types: dict[str, str],
+    *,
+    existing: MappingSet | None = None,
+    min_precision: float = 0.95,
+    seed: int = 0,
+    name_prefix: str = "learned",
+) -> LearnResult:
+    """Learn mappings that reproduce the examples' known values (see the module docstring)."""
+    started = time.process_time()
+    learned_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    prepared = _prepare(examples, field_types)
+    groups: dict[tuple[str, str], list[Prepared]] = defaultdict(list)
+    for item in prepared:
+        groups[_template_key(item)].append(item)
+    tail: list[Prepared] = []
+    per_host: Counter[str] = Counter()
+    plans: list[tuple[str, list[Prepared], bool, list[dict[str, Any]], int]] = []
+    for (host, prefix), items in sorted(groups.items()):
+        if len(items) >= MIN_TEMPLATE_EXAMPLES:
+            name = f"{name_prefix}_{_slug(host)}" + (f"_{_slug(prefix)}" if prefix != "/" else "")
+            plans.append((name, items, False, [_url_pattern(host, prefix)], TEMPLATE_PRIORITY))
+        else:
+            for item in items:
+                if per_host[item.host] < PER_HOST_GENERIC:
+                    per_host[item.host] += 1
+                    tail.append(item)
+    if tail:
+        plans.append((f"{name_prefix}_generic", tail, True, [GENERIC_PATTERN], GENERIC_PRIORITY))
+    compiled = _Compiled()
+    mappings: list[dict[str, Any]] = []
+    report_fields: dict[str, dict[str, Any]] = {
+        name: {"examples": 0, "pages": 0, "mappings": {}} for name in field_types
+    }
+    for name, items, generic, patterns, priority in plans:
+        rng = random.Random(f"{seed}:{name}")
+        page_count = Counter(f.source.url for p in items for f in p.pages)
+        shared_pages = {url for url, n in page_count.items() if n > 1}
+        fields: list[dict[str, Any]] = []
+        learned_fields: dict[str, Judged] = {}
+        value_pages: dict[str, set[str]] = defaultdict(set)
+        for fname, ftype in field_types.items():
+            usable = [p for p in items if not _covered_by_existing(existing, p, fname)]
+            entry = report_fields[fname]
+            n_with = len(_field_examples(usable, fname))
+            entry["examples"] += n_with
+            entry["pages"] += sum(len(p.pages) for p in _field_examples(usable, fname))
+            if n_with == 0:
+                continue
+            outcome = _learn_field(
+                usable,
+                fname,
+                ftype,
+                generic=generic,
+                min_precision=min_precision,
+                rng=rng,
+                compiled=compiled,
+                shared_pages=shared_pages,
+            )
+            mapping_report: dict[str, Any] = {
+                "examples": outcome.examples,
+                "train": outcome.train,
+                "held_out": outcome.held_out,
+                "kept": outcome.kept.summary() if outcome.kept else None,
+                "rejected": [{**j.summary(), "mistakes": j.mistakes} for j in outcome.rejected[:5]],
+            }
+            if outcome.kept is None:
+                mapping_report["why_nothing"] = outcome.why
+            entry["mappings"][name] = mapping_report
+            if outcome.kept is None:
+                continue
+            kept = outcome.kept
+            learned_fields[fname] = kept
+            fields.append(
+                {
+                    "name": fname,
+                    "description": (
+                        f"learned ({kept.candidate.kind}): held-out precision "
+                        f"{kept.precision:.2f}, recall {kept.recall:.2f} on {kept.held_out} "
+                        "examples"
+                    ),
+                    "processors": kept.candidate.chain,
+                }
+            )
+            mapping = compiled.get(fname, kept.candidate)
+            for item in _field_examples(items, fname):
+                for facts in item.pages[1:] if len(item.pages) > 1 else []:
+                    if facts.depth == 0 or mapping is None:
+                        continue
+                    value, _url = _predict_page(mapping, item, facts, fname, ftype)
+                    if value is not None and same_value(value, item.values[fname], ftype):
+                        value_pages[item.example.record_id].add(facts.source.url)
+        url_parsers, link_report = _learn_links(items, value_pages, rng, min_precision)
+        if not fields:
+            continue
+        raw: dict[str, Any] = {
+            "name": name,
+            "description": (
+                "learned from the dataset's known values"
+                + (" across hosts (generic rules, lowest priority)" if generic else "")
+            ),
+            "url_patterns": patterns,
+            "priority": priority,
+        }
+        if url_parsers:
+            raw["url_parsers"] = url_parsers
+        raw["fields"] = fields
+        raw["learned"] = {
+            "examples": len(items),
+            "learned_at": learned_at,
+            "precision": {f: round(j.precision, 4) for f, j in learned_fields.items()},
+            "recall": {f: round(j.recall, 4) for f, j in learned_fields.items()},
+            "held_out": {f: j.held_out for f, j in learned_fields.items()},
+            "rules": {f: j.candidate.kind for f, j in learned_fields.items()},
+        }
+        mappings.append(raw)
+        if link_report:
+            report_fields.setdefault("_links", {}).setdefault(name, link_report)
+    for fname, entry in report_fields.items():
+        if fname.startswith("_"):
+            continue
+        if entry["examples"] == 0:
+            entry["why_nothing"] = "no example record has a known value for this field"
+        elif not any(m.get("kept") for m in entry["mappings"].values()):
+            whys = sorted({m.get("why_nothing", "") for m in entry["mappings"].values()} - {""})
+            entry["why_nothing"] = "; ".join(whys) or "covered by the given mappings"
+    pages_total = sum(len(p.pages) for p in prepared)
+    cpu = time.process_time() - started
+    report = {
+        "learned_at": learned_at,
+        "min_precision": min_precision,
+        "examples": len(prepared),
+        "pages": pages_total,
+        "templates": [
+            {"mapping": name, "examples": len(items), "generic": generic}
+            for name, items, generic, _p, _q in plans
+        ],
+        "mappings": [m["name"] for m in mappings],
+        "fields": {k: v for k, v in report_fields.items() if not k.startswith("_")},
+        "links": report_fields.get("_links", {}),
+        "cpu_seconds": round(cpu, 3),
+        "cpu_ms_per_page": round(cpu * 1000 / pages_total, 2) if pages_total else 0.0,
+    }
+    return LearnResult(mappings, report)
+
+
+def _predict_page(
+    mapping: Mapping, prepared: Prepared, facts: PageFacts, name: str, ftype: str
+) -> tuple[Any, str]:
+    result = run_mapping(
+        mapping,
+        facts.page,
+        fragment=facts.source.fragment,
+        record_id=prepared.example.record_id,
+        field_types={name: ftype},
+        only_fields=(name,),
+        with_links=False,
+    )
+    return result.fields.get(name), facts.source.url
