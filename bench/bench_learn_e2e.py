@@ -136,9 +136,9 @@ def _politeness(entries: list[dict], web_root: Path, delay: float) -> dict[str, 
 
 def bench_corpus(name: str, args: argparse.Namespace, mongo: Any, work: Path) -> dict[str, Any]:
     import yaml
+    from enrich_crawl.testing.learn_corpora import build_corpus
 
     from enrich_crawl.staging import read_jsonl
-    from enrich_crawl.testing.learn_corpora import build_corpus
     from enrich_crawl.testing.web import running_web
 
     root = work / name

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from enrich_crawl.testing.learnweb import build_learn_web
 from enrich_crawl_tests.conftest import REPO, product_env, run_cli
 
