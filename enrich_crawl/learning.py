@@ -121,7 +121,7 @@ def sample_for_mappings(
     max_records: int = 500,
 ) -> list[Sampled]:
     """Records with known values whose seed URLs one of `mappings` matches, while that mapping
-    has fewer than `per_mapping` records sampled for a field it reads and the record knows.
+    has fewer than `per_mapping` records sampled for one of its fields that the record knows.
     Records that also miss a field come first: a run has just fetched their pages (the
     crawled-URL store serves them again), so checking them costs no request."""
     fields = list(fields)
@@ -137,16 +137,17 @@ def sample_for_mappings(
         )
         if len(crawled) >= max_records * 20:  # enough to choose from
             break
-    taken: Counter[str] = Counter()
+    taken: Counter[tuple[str, str]] = Counter()
     out: list[Sampled] = []
     for sampled in crawled + complete:
-        wanted = False
-        for url in sampled.urls:
-            for mapping in mappings.matching(url):
-                if taken[mapping.name] < per_mapping and mapping.field_set & set(sampled.known):
-                    taken[mapping.name] += 1
-                    wanted = True
-        if wanted:
+        pairs = {
+            (mapping.name, name)
+            for url in sampled.urls
+            for mapping in mappings.matching(url)
+            for name in mapping.field_set & set(sampled.known)
+        }
+        if any(taken[pair] < per_mapping for pair in pairs):
+            taken.update(pairs)
             out.append(sampled)
             if len(out) >= max_records:
                 break
@@ -623,7 +624,8 @@ def evaluation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                     "mapping": mapping,
                     "field": name,
                     "examples": int(numbers.get("examples") or 0),
-                    "yielded": int(numbers.get("yielded") or numbers.get("yields") or 0),
+                    "yielded": int(numbers.get("yielded") or 0),
+                    "agreed": int(numbers.get("agreed") or 0),
                     "agreement": numbers.get("agreement", numbers.get("precision")),
                     "yield": numbers.get("yield", numbers.get("recall")),
                     "disagreements": list(numbers.get("disagreements") or []),
@@ -633,15 +635,21 @@ def evaluation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def agreement_problems(
-    result: dict[str, Any], *, min_agreement: float, min_examples: int = 3
+    result: dict[str, Any],
+    *,
+    min_agreement: float,
+    min_disagreements: int = 2,
+    min_examples: int = 3,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(disagreeing, silent) rows of an evaluation: mappings whose values disagree with the known
-    ones (agreement below `min_agreement`), and mappings that yield nothing at all on at least
+    ones (agreement below `min_agreement`, on at least `min_disagreements` records: one odd
+    known value is not a broken mapping), and mappings that yield nothing at all on at least
     `min_examples` records that hold the field (a layout change often looks like that too)."""
     disagreeing, silent = [], []
     for row in evaluation_rows(result):
         agreement = row["agreement"]
-        if agreement is not None and agreement < min_agreement and row["disagreements"]:
+        wrong = row["yielded"] - int(row.get("agreed") or 0)
+        if agreement is not None and agreement < min_agreement and wrong >= min_disagreements:
             disagreeing.append(row)
         elif row["examples"] >= min_examples and not row["yield"]:
             silent.append(row)

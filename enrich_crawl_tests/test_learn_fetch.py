@@ -166,3 +166,29 @@ def test_collecting_crawl_is_polite_and_the_next_crawl_fetches_none_of_its_pages
     assert not (run_paths & learned_paths), sorted(run_paths & learned_paths)
     candidates = list(read_jsonl(out / "crawl" / "candidates.jsonl"))
     assert {c["mapping"] for c in candidates} == {"org_a_table"}
+
+
+def test_agreement_problems_need_repeated_disagreements_or_silence():
+    from enrich_crawl.learning import agreement_problems
+
+    def entry(examples, yielded, agreed):
+        return {
+            "examples": examples,
+            "yielded": yielded,
+            "agreed": agreed,
+            "precision": agreed / yielded if yielded else None,
+            "recall": agreed / examples if examples else None,
+            "disagreements": [{"url": "http://a.test/x", "expected": "a", "got": "b"}]
+            * (yielded - agreed),
+        }
+
+    result = {
+        "mappings": {
+            "site_a": {"status": entry(5, 5, 1), "city": entry(5, 5, 5)},
+            "site_b": {"status": entry(5, 5, 4)},  # one odd known value: not a broken mapping
+            "site_c": {"city": entry(4, 0, 0)},  # yields nothing any more
+        }
+    }
+    disagreeing, silent = agreement_problems(result, min_agreement=0.9)
+    assert [(r["mapping"], r["field"]) for r in disagreeing] == [("site_a", "status")]
+    assert [(r["mapping"], r["field"]) for r in silent] == [("site_c", "city")]

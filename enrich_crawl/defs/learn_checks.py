@@ -115,7 +115,9 @@ def mapping_agreement(
         max_disagreements=3,
     )
     bar = quality.min_mapping_agreement
-    disagreeing, silent = agreement_problems(result, min_agreement=bar)
+    disagreeing, silent = agreement_problems(
+        result, min_agreement=bar, min_disagreements=quality.min_mapping_disagreements
+    )
     rows = evaluation_rows(result)
     metadata = {
         "records_sampled": int(result.get("records_sampled") or 0),
@@ -142,8 +144,9 @@ def mapping_agreement(
             metadata=metadata,
             description="mapping disagrees with known values: "
             + "; ".join(
-                f"mapping {r['mapping']} field {r['field']}: agreement {r['agreement']:.2f} on "
-                f"{r['examples']} records" + (f" (e.g. {_first_url(r)})" if _first_url(r) else "")
+                f"mapping {r['mapping']} field {r['field']}: agreement {r['agreement']:.2f} "
+                f"({r['yielded'] - r['agreed']} of {r['yielded']} values wrong)"
+                + (f" (e.g. {_first_url(r)})" if _first_url(r) else "")
                 for r in disagreeing[:5]
             ),
         )

@@ -266,9 +266,15 @@ class QualityResource(dg.ConfigurableResource):
         description="Lowest share of a mapping's values that equal the known ones, per field "
         "(check mapping_agreement).",
     )
+    min_mapping_disagreements: int = Field(
+        default=2,
+        description="Wrong values a mapping must give on a field before mapping_agreement fails "
+        "(one odd known value is not a broken mapping).",
+    )
     agreement_sample: int = Field(
         default=5,
-        description="Records per mapping fetched by the check mapping_agreement (0: off).",
+        description="Records per mapping and field fetched by the check mapping_agreement "
+        "(0: off).",
     )
     agreement_max_records: int = Field(
         default=40, description="Records in all fetched by the check mapping_agreement."
