@@ -318,3 +318,195 @@ class WebFolder:
                 clean = parts._replace(fragment="").geturl()
                 return clean, body, guess_content_type(path.name, body)
         return None
+
+
+# -- in-process learning and scoring (tests and bench/bench_learn.py) ----------------------------
+
+
+def template_of(url: str) -> str:
+    """host + first path segment: the unit a fetcher samples example records by."""
+    parts = urlsplit(url)
+    segments = [s for s in (parts.path or "/").split("/")[:-1] if s]
+    return (parts.hostname or "") + ("/" + segments[0] if segments else "")
+
+
+class PageSource:
+    """Pages for the learner from a `WebFolder`, each read once however many records use it."""
+
+    def __init__(self, web: WebFolder):
+        self.web = web
+        self.cache: dict[str, tuple[str, bytes, str] | None] = {}
+
+    def get(self, url: str) -> tuple[str, bytes, str] | None:
+        key = url.split("#", 1)[0]
+        if key not in self.cache:
+            self.cache[key] = self.web.get(key)
+        return self.cache[key]
+
+
+def _seed_urls(urls: list[str]) -> list[str]:
+    from enrich_crawl.urls import normalise_url, split_url_cell
+
+    out = []
+    for cell in urls:
+        for token in split_url_cell(cell):
+            url, _reason = normalise_url(token)
+            if url and url not in out:
+                out.append(url)
+    return out
+
+
+def record_pages(
+    source: PageSource,
+    urls: list[str],
+    depth: int,
+    *,
+    wide: bool = False,
+    mappings: Any = None,
+    record_id: str = "",
+    max_pages: int = 40,
+) -> list[Any]:
+    """The ExamplePages a record's URLs lead to: its seed pages (depth 0), then, up to `depth`,
+    every same-host link (`wide`: a probe), or the links the `mappings`' url_parsers give (the
+    crawl's way)."""
+    from enrich_crawl.extract.learn import ExamplePage
+    from enrich_crawl.extract.learn.locate import PageFacts
+    from enrich_crawl.extract.mapping import run_mapping
+    from enrich_crawl.urls import fragment_of, without_fragment
+
+    pages: list[Any] = []
+    seen: set[str] = set()
+    frontier = [(url, 0) for url in _seed_urls(urls)]
+    while frontier and len(pages) < max_pages:
+        url, level = frontier.pop(0)
+        key = without_fragment(url)
+        if key in seen:
+            continue
+        seen.add(key)
+        got = source.get(key)
+        if got is None:
+            continue
+        final, body, ctype = got
+        page = ExamplePage(final, body, ctype, fragment=fragment_of(url), depth=level)
+        pages.append(page)
+        if level >= depth:
+            continue
+        if wide:
+            host = urlsplit(final).hostname
+            links = [u for u in PageFacts(page).links() if urlsplit(u).hostname == host]
+        elif mappings is not None:
+            facts = PageFacts(page)
+            links = []
+            for mapping in mappings.matching(url):
+                result = run_mapping(
+                    mapping,
+                    facts.page,
+                    fragment=page.fragment,
+                    record_id=record_id,
+                    only_fields=(),
+                )
+                links.extend(result.links)
+        else:
+            links = []
+        frontier.extend((link, level + 1) for link in links if without_fragment(link) not in seen)
+    return pages
+
+
+def offline_fill(
+    corpus: Corpus, source: PageSource, mappings: Any, record_ids: list[str]
+) -> dict[str, dict[str, tuple[Any, str]]]:
+    """What a goal-directed crawl with `mappings` fills for the records' blank cells: per record,
+    field -> (value, mapping); shallowest page first, then highest priority (the resolver's
+    order)."""
+    from enrich_crawl.extract.mapping import run_mapping
+
+    filled: dict[str, dict[str, tuple[Any, str]]] = {}
+    for record_id in record_ids:
+        wanted = [f for f in corpus.field_types if f not in corpus.known.get(record_id, {})]
+        found: dict[str, tuple[Any, str]] = {}
+        pages = record_pages(
+            source, corpus.urls[record_id], corpus.depth, mappings=mappings, record_id=record_id
+        )
+        from enrich_crawl.extract.page import Page
+
+        for example_page in pages:
+            if all(f in found for f in wanted):
+                break
+            page = Page(example_page.url, example_page.body, content_type=example_page.content_type)
+            url = page.url + (f"#{example_page.fragment}" if example_page.fragment else "")
+            for mapping in mappings.matching(url):
+                result = run_mapping(
+                    mapping,
+                    page,
+                    fragment=example_page.fragment,
+                    record_id=record_id,
+                    field_types=corpus.field_types,
+                    only_fields=wanted,
+                    with_links=False,
+                )
+                for name, value in result.fields.items():
+                    found.setdefault(name, (value, mapping.name))
+        filled[record_id] = found
+    return filled
+
+
+def score(corpus: Corpus, filled: dict[str, dict[str, tuple[Any, str]]]) -> dict[str, Any]:
+    """Accuracy on the hidden cells a crawler can reach (found: right values in them / findable
+    hidden cells) and
+    precision of what was filled into blank cells (correct / filled; a value where the truth has
+    none is wrong), overall and per field, with a few mistakes."""
+    from enrich_crawl.extract.learn import same_value
+
+    per_field = {
+        f: {"hidden": 0, "findable": 0, "filled": 0, "correct": 0, "wrong": 0, "found": 0}
+        for f in corpus.field_types
+    }
+    mistakes: list[dict[str, Any]] = []
+    for record_id, found in filled.items():
+        hidden = set(corpus.hidden.get(record_id, []))
+        unreachable = corpus.unfindable.get(record_id, {})
+        for fname, ftype in corpus.field_types.items():
+            if fname in corpus.known.get(record_id, {}):
+                continue
+            stats = per_field[fname]
+            truth = corpus.truth[record_id].get(fname)
+            if fname in hidden:
+                stats["hidden"] += 1
+                if fname not in unreachable:
+                    stats["findable"] += 1
+            if fname not in found:
+                continue
+            value, mapping = found[fname]
+            stats["filled"] += 1
+            if truth is not None and same_value(value, truth, ftype):
+                stats["correct"] += 1
+                stats["found"] += fname in hidden and fname not in unreachable
+            else:
+                stats["wrong"] += 1
+                if len(mistakes) < 20:
+                    mistakes.append(
+                        {
+                            "record": record_id,
+                            "field": fname,
+                            "truth": truth,
+                            "value": value,
+                            "mapping": mapping,
+                        }
+                    )
+    total = {k: sum(s[k] for s in per_field.values()) for k in next(iter(per_field.values()))}
+
+    def rates(stats: dict[str, int]) -> dict[str, Any]:
+        return {
+            **stats,
+            "accuracy": round(stats["correct"] / stats["findable"], 4)
+            if stats["findable"]
+            else None,
+            "precision": round(stats["correct"] / stats["filled"], 4) if stats["filled"] else None,
+        }
+
+    return {
+        "records": len(filled),
+        **rates(total),
+        "per_field": {f: rates(s) for f, s in per_field.items()},
+        "mistakes": mistakes,
+    }
