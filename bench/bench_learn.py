@@ -7,7 +7,8 @@ hand-written mapping, CPU per example page, rule kinds; the Python docs against 
 For each corpus (`enrich_crawl.testing.learn_corpora`, ~30% of each field's cells known):
 
 1. Examples: the records with a known value, sampled per template (host + first path segment)
-   until each field has `--examples-per-template` examples, two per host for the long tail. Pages are read from the
+   until each field has `--examples-per-template` examples; the long tail (templates with fewer
+   than 4 example records) two per template, `--tail-examples` in all. Pages are read from the
    corpus's web folder as the crawler gets them (path rules, robots.txt, dead hosts). Where the
    crawl depth is >= 1, a probe of a few records per template reads every same-host link within the
    depth; the learner learns from those, and the other examples' deeper pages are then read
@@ -53,11 +54,13 @@ TARGET_ACCURACY = 0.95
 TARGET_PRECISION = 0.98
 TARGET_CPU_MS = 50.0
 TARGET_HAND_RATIO = 0.97
-PROBES_PER_TEMPLATE = 3
+PROBES_PER_TEMPLATE = 2
 PROBES_TAIL = 24
 
 
-def sample_examples(corpus, per_template: int, rng: random.Random) -> tuple[list[str], list[str]]:
+def sample_examples(
+    corpus, per_template: int, tail_examples: int, rng: random.Random
+) -> tuple[list[str], list[str]]:
     """(probe record ids, other example record ids)."""
     by_template: dict[str, list[str]] = defaultdict(list)
     for record_id, known in corpus.known.items():
@@ -83,7 +86,7 @@ def sample_examples(corpus, per_template: int, rng: random.Random) -> tuple[list
             tail += ids[:2]
     rng.shuffle(tail)
     probes += tail[:PROBES_TAIL]
-    others += tail[PROBES_TAIL:]
+    others += tail[PROBES_TAIL:tail_examples]
     return probes, others
 
 
@@ -109,7 +112,7 @@ def run_corpus(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     built = time.monotonic() - started
     rng = random.Random(args.seed)
     source = PageSource(WebFolder(corpus.web_root))
-    probes, others = sample_examples(corpus, args.examples_per_template, rng)
+    probes, others = sample_examples(corpus, args.examples_per_template, args.tail_examples, rng)
     examples = examples_for(corpus, source, probes, wide=corpus.depth > 0)
     probe_mappings = None
     if corpus.depth > 0 and others:
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples-per-template", type=int, default=100)
+    parser.add_argument("--tail-examples", type=int, default=400)
     parser.add_argument("--eval-records", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=RESULTS / "learn.json")
     parser.add_argument("--keep", type=Path, help="write the learned mappings under KEEP/<corpus>/")

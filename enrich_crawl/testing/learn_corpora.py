@@ -364,7 +364,7 @@ def record_pages(
     wide: bool = False,
     mappings: Any = None,
     record_id: str = "",
-    max_pages: int = 40,
+    max_pages: int = 250,
 ) -> list[Any]:
     """The ExamplePages a record's URLs lead to: its seed pages (depth 0), then, up to `depth`,
     every same-host link (`wide`: a probe), or the links the `mappings`' url_parsers give (the
@@ -376,6 +376,7 @@ def record_pages(
 
     pages: list[Any] = []
     seen: set[str] = set()
+    linked: set[str] = set()
     frontier = [(url, 0) for url in _seed_urls(urls)]
     while frontier and len(pages) < max_pages:
         url, level = frontier.pop(0)
@@ -392,8 +393,15 @@ def record_pages(
         if level >= depth:
             continue
         if wide:
+            # every same-host link of the seed page; deeper, only the links that earlier pages
+            # did not have (the menus repeat on every page of a site)
             host = urlsplit(final).hostname
-            links = [u for u in PageFacts(page).links() if urlsplit(u).hostname == host]
+            links = [
+                u
+                for u in PageFacts(page).links()
+                if urlsplit(u).hostname == host and (level == 0 or u not in linked)
+            ]
+            linked.update(links)
         elif mappings is not None:
             facts = PageFacts(page)
             links = []

@@ -440,7 +440,19 @@ def _presence_candidates(train: list[Prepared], name: str):
 def _link_candidates(parent: PageFacts, target_url: str) -> list[tuple[str, str]]:
     """(XPath of the link's href, kind) for the links of `parent` that lead to `target_url`."""
     out: list[tuple[str, str]] = []
+    fragment = parent.source.fragment
+    section = parent.tree.xpath("//*[@id=$v]", v=fragment) if fragment else []
     for anchor in parent.links().get(target_url, [])[:3]:
+        if section and any(a is section[0] for a in anchor.iterancestors()):
+            # the link in the record's own section of a page that lists several
+            classes = [c for c in (anchor.get("class") or "").split() if "'" not in c]
+            text = " ".join((anchor.xpath("normalize-space(.)") or "").split())
+            if classes:
+                out.append((f"//*[@id=$fragment]//a[{has_class(classes[0])}]/@href", "record"))
+            if 0 < len(text) <= 40:
+                out.append(
+                    (f"//*[@id=$fragment]//a[normalize-space(.)={xq(text)}]/@href", "record")
+                )
         text = " ".join((anchor.xpath("normalize-space(.)") or "").split())
         if 0 < len(text) <= 40:
             out.append((f"//a[normalize-space(.)={xq(text)}]/@href", "label"))
@@ -628,7 +640,8 @@ def learn(
     compiled = _Compiled()
     mappings: list[dict[str, Any]] = []
     report_fields: dict[str, dict[str, Any]] = {
-        name: {"examples": 0, "pages": 0, "mappings": {}} for name in field_types
+        name: {"examples": 0, "covered_by_given_mappings": 0, "pages": 0, "mappings": {}}
+        for name in field_types
     }
     for name, items, generic, patterns, priority in plans:
         rng = random.Random(f"{seed}:{name}")
@@ -639,6 +652,9 @@ def learn(
         for fname, ftype in field_types.items():
             usable = [p for p in items if not _covered_by_existing(existing, p, fname)]
             entry = report_fields[fname]
+            entry["covered_by_given_mappings"] += len(_field_examples(items, fname)) - len(
+                _field_examples(usable, fname)
+            )
             n_with = len(_field_examples(usable, fname))
             entry["examples"] += n_with
             entry["pages"] += sum(len(p.pages) for p in _field_examples(usable, fname))
@@ -698,7 +714,9 @@ def learn(
     for fname, entry in report_fields.items():
         if fname.startswith("_"):
             continue
-        if entry["examples"] == 0:
+        if entry["examples"] == 0 and entry["covered_by_given_mappings"]:
+            entry["why_nothing"] = "covered by the given mappings"
+        elif entry["examples"] == 0:
             entry["why_nothing"] = "no example record has a known value for this field"
         elif not any(m.get("kept") for m in entry["mappings"].values()):
             whys = sorted({m.get("why_nothing", "") for m in entry["mappings"].values()} - {""})
