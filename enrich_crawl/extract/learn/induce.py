@@ -37,6 +37,8 @@ from enrich_crawl.extract.learn.locate import (
     PageFacts,
     candidates_for,
     has_class,
+    presence_candidate,
+    presence_features,
     xq,
 )
 from enrich_crawl.extract.learn.model import Example, LearnResult
@@ -44,7 +46,7 @@ from enrich_crawl.extract.mapping import Mapping, MappingSet, compile_mapping, r
 
 MIN_TEMPLATE_EXAMPLES = 4  # fewer examples on a template: its records go to the generic mapping
 MAX_TRAIN = 24  # training examples per template and field (candidates come from these)
-MAX_HELD_OUT = 60  # held-out examples per template and field (rules are validated on these)
+MAX_HELD_OUT = 80  # held-out examples per template and field (rules are validated on these)
 MAX_CANDIDATES = 24  # candidates validated per field and template, most supported first
 PER_HOST_GENERIC = 2  # examples per host in the generic mapping (every host weighs the same)
 TEMPLATE_PRIORITY = -10
@@ -70,6 +72,7 @@ class Judged:
     correct: int = 0
     held_out: int = 0
     mistakes: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: dict[str, bool] = field(default_factory=dict)  # record -> right? (where it yielded)
 
     @property
     def precision(self) -> float:
@@ -191,8 +194,8 @@ def _split(items: list[Prepared], rng: random.Random, *, by_host: bool) -> tuple
         return train, held
     order = list(items)
     rng.shuffle(order)
-    n_held = max(1, round(len(order) * 0.4))
-    return order[n_held:], order[:n_held]
+    n_train = min(MAX_TRAIN, max(1, round(len(order) * 0.6)))
+    return order[:n_train], order[n_train:]
 
 
 def _field_examples(items: list[Prepared], name: str) -> list[Prepared]:
@@ -211,7 +214,9 @@ def _judge(
         if value is None:
             continue
         judged.yielded += 1
-        if same_value(value, prepared.values[name], ftype):
+        right = same_value(value, prepared.values[name], ftype)
+        judged.outcomes[prepared.example.record_id] = right
+        if right:
             judged.correct += 1
         elif len(judged.mistakes) < 3:
             judged.mistakes.append(
@@ -249,6 +254,9 @@ def _choose(judged: list[Judged], min_precision: float) -> Judged | None:
     )
 
 
+MAX_FALLBACKS = 2  # second and third rules of a field, for the examples the first leaves empty
+
+
 @dataclass
 class FieldOutcome:
     kept: Judged | None
@@ -257,6 +265,48 @@ class FieldOutcome:
     train: int
     held_out: int
     why: str = ""
+    fallbacks: list[Judged] = field(default_factory=list)
+
+
+def _fallbacks(
+    compiled: _Compiled,
+    kept: Judged,
+    judged: list[Judged],
+    pool: list[Prepared],
+    name: str,
+    ftype: str,
+    min_precision: float,
+) -> list[Judged]:
+    """Rules that fill what the kept rule leaves empty (another site's structured-data key, a
+    second layout), each judged on the examples (training and held-out: few are left) that the
+    rules before it leave without a value."""
+    out: list[Judged] = []
+    empty = list(pool)
+    rules = [kept]
+    for _level in range(MAX_FALLBACKS):
+        for rule in rules[-1:]:
+            mapping = compiled.get(name, rule.candidate)
+            empty = [p for p in empty if _predict(mapping, p, name, ftype)[0] is None]
+        if len(empty) < 2:
+            break
+        parts = []
+        for j in judged:
+            if j is kept or any(j.candidate is o.candidate for o in out):
+                continue
+            part = _judge(compiled, j.candidate, empty, name, ftype)
+            # one right value and no wrong one is enough for a structured-data key, two for
+            # anything else
+            if part is not None and (
+                part.correct >= 2
+                or (part.correct == part.yielded == 1 and part.candidate.kind in CROSS_SITE_KINDS)
+            ):
+                parts.append(part)
+        best = _choose(parts, min_precision)
+        if best is None:
+            break
+        out.append(best)
+        rules.append(best)
+    return out
 
 
 def _learn_field(
@@ -273,22 +323,26 @@ def _learn_field(
     with_value = _field_examples(items, name)
     if len(with_value) < 2:
         return FieldOutcome(None, [], len(with_value), 0, 0, "fewer than 2 examples with a value")
-    if ftype == "boolean":
-        return FieldOutcome(
-            None,
-            [],
-            len(with_value),
-            0,
-            0,
-            "boolean fields are not learned (a yes/no is rarely written as text to find)",
-        )
-    train, held = _split(with_value, rng, by_host=generic)
+    if ftype == "boolean" and not generic:  # both answers on both sides of the split
+        train, held = [], []
+        for answer in (True, False):
+            part_train, part_held = _split(
+                [p for p in with_value if p.values[name] is answer], rng, by_host=False
+            )
+            train += part_train
+            held += part_held
+    else:
+        train, held = _split(with_value, rng, by_host=generic)
     if not train or not held:
         return FieldOutcome(None, [], len(with_value), len(train), len(held), "too few hosts")
     train, held = train[:MAX_TRAIN], held[:MAX_HELD_OUT]
     support: Counter[str] = Counter()
     found: dict[str, Candidate] = {}
-    for prepared in train:
+    if ftype == "boolean":
+        found, support, why = _presence_candidates(train, name)
+        if not found:
+            return FieldOutcome(None, [], len(with_value), len(train), len(held), why)
+    for prepared in train if ftype != "boolean" else []:
         known = prepared.values[name]
         needles = renderings(known, ftype)
         seen_here: set[str] = set()
@@ -329,7 +383,14 @@ def _learn_field(
         if result is not None:
             judged.append(result)
     kept = _choose(judged, min_precision)
-    rejected = sorted((j for j in judged if j is not kept), key=lambda j: (-j.precision, -j.recall))
+    fallbacks = []
+    if kept is not None and kept.correct < kept.held_out:
+        fallbacks = _fallbacks(compiled, kept, judged, train + held, name, ftype, min_precision)
+    chosen = {id(kept.candidate) if kept else 0, *(id(f.candidate) for f in fallbacks)}
+    rejected = sorted(
+        (j for j in judged if id(j.candidate) not in chosen),
+        key=lambda j: (-j.precision, -j.recall),
+    )
     why = ""
     if kept is None:
         why = (
@@ -337,7 +398,40 @@ def _learn_field(
             if judged
             else "no candidate rule was found on more than one training example"
         )
-    return FieldOutcome(kept, rejected, len(with_value), len(train), len(held), why)
+    return FieldOutcome(
+        kept, rejected, len(with_value), len(train), len(held), why, fallbacks=fallbacks
+    )
+
+
+def _presence_candidates(train: list[Prepared], name: str):
+    """Yes/no rules: what is present in the sections of the `true` examples and absent from
+    those of the `false` ones (a `deprecated` note, a `sold-out` badge...)."""
+    trues = [p for p in train if p.values[name] is True]
+    falses = [p for p in train if p.values[name] is False]
+    if len(trues) < 2 or len(falses) < 2:
+        return {}, Counter(), "a yes/no field needs two training examples of each answer"
+    seen: dict[str, Counter[str]] = {"true": Counter(), "false": Counter()}
+    for side, group in (("true", trues), ("false", falses)):
+        for prepared in group:
+            facts = prepared.pages[0]
+            seen[side].update(
+                presence_features(facts, facts.source.fragment, prepared.example.record_id)
+            )
+    scored = []
+    for feature, hits in seen["true"].items():
+        true_rate = hits / len(trues)
+        false_rate = seen["false"][feature] / len(falses)
+        if hits >= 2 and false_rate <= 0.2:
+            scored.append((true_rate - false_rate, feature))
+    scored.sort(key=lambda item: (-item[0], len(item[1])))
+    found: dict[str, Candidate] = {}
+    support: Counter[str] = Counter()
+    for rate, feature in scored[:MAX_CANDIDATES]:
+        made = presence_candidate(feature)
+        found[made.processors] = made
+        support[made.processors] = max(2, round(rate * len(train)))
+    why = "" if found else "nothing is present in the 'true' examples' pages and absent elsewhere"
+    return found, support, why
 
 
 # -- links to deeper pages ---------------------------------------------------------------------
@@ -346,7 +440,19 @@ def _learn_field(
 def _link_candidates(parent: PageFacts, target_url: str) -> list[tuple[str, str]]:
     """(XPath of the link's href, kind) for the links of `parent` that lead to `target_url`."""
     out: list[tuple[str, str]] = []
+    fragment = parent.source.fragment
+    section = parent.tree.xpath("//*[@id=$v]", v=fragment) if fragment else []
     for anchor in parent.links().get(target_url, [])[:3]:
+        if section and any(a is section[0] for a in anchor.iterancestors()):
+            # the link in the record's own section of a page that lists several
+            classes = [c for c in (anchor.get("class") or "").split() if "'" not in c]
+            text = " ".join((anchor.xpath("normalize-space(.)") or "").split())
+            if classes:
+                out.append((f"//*[@id=$fragment]//a[{has_class(classes[0])}]/@href", "record"))
+            if 0 < len(text) <= 40:
+                out.append(
+                    (f"//*[@id=$fragment]//a[normalize-space(.)={xq(text)}]/@href", "record")
+                )
         text = " ".join((anchor.xpath("normalize-space(.)") or "").split())
         if 0 < len(text) <= 40:
             out.append((f"//a[normalize-space(.)={xq(text)}]/@href", "label"))
@@ -534,18 +640,21 @@ def learn(
     compiled = _Compiled()
     mappings: list[dict[str, Any]] = []
     report_fields: dict[str, dict[str, Any]] = {
-        name: {"examples": 0, "pages": 0, "mappings": {}} for name in field_types
+        name: {"examples": 0, "covered_by_given_mappings": 0, "pages": 0, "mappings": {}}
+        for name in field_types
     }
     for name, items, generic, patterns, priority in plans:
         rng = random.Random(f"{seed}:{name}")
         page_count = Counter(f.source.url for p in items for f in p.pages)
         shared_pages = {url for url, n in page_count.items() if n > 1}
-        fields: list[dict[str, Any]] = []
-        learned_fields: dict[str, Judged] = {}
+        levels: list[dict[str, Judged]] = [{} for _ in range(MAX_FALLBACKS + 1)]
         value_pages: dict[str, set[str]] = defaultdict(set)
         for fname, ftype in field_types.items():
             usable = [p for p in items if not _covered_by_existing(existing, p, fname)]
             entry = report_fields[fname]
+            entry["covered_by_given_mappings"] += len(_field_examples(items, fname)) - len(
+                _field_examples(usable, fname)
+            )
             n_with = len(_field_examples(usable, fname))
             entry["examples"] += n_with
             entry["pages"] += sum(len(p.pages) for p in _field_examples(usable, fname))
@@ -566,6 +675,7 @@ def learn(
                 "train": outcome.train,
                 "held_out": outcome.held_out,
                 "kept": outcome.kept.summary() if outcome.kept else None,
+                "fallbacks": [j.summary() for j in outcome.fallbacks],
                 "rejected": [{**j.summary(), "mistakes": j.mistakes} for j in outcome.rejected[:5]],
             }
             if outcome.kept is None:
@@ -573,57 +683,40 @@ def learn(
             entry["mappings"][name] = mapping_report
             if outcome.kept is None:
                 continue
-            kept = outcome.kept
-            learned_fields[fname] = kept
-            fields.append(
-                {
-                    "name": fname,
-                    "description": (
-                        f"learned ({kept.candidate.kind}): held-out precision "
-                        f"{kept.precision:.2f}, recall {kept.recall:.2f} on {kept.held_out} "
-                        "examples"
-                    ),
-                    "processors": kept.candidate.chain,
-                }
-            )
-            mapping = compiled.get(fname, kept.candidate)
-            for item in _field_examples(items, fname):
-                for facts in item.pages[1:] if len(item.pages) > 1 else []:
-                    if facts.depth == 0 or mapping is None:
-                        continue
-                    value, _url = _predict_page(mapping, item, facts, fname, ftype)
-                    if value is not None and same_value(value, item.values[fname], ftype):
-                        value_pages[item.example.record_id].add(facts.source.url)
+            for level, judged in enumerate([outcome.kept, *outcome.fallbacks]):
+                levels[level][fname] = judged
+                mapping = compiled.get(fname, judged.candidate)
+                for item in _field_examples(items, fname):
+                    for facts in item.pages:
+                        if facts.depth == 0 or mapping is None:
+                            continue
+                        value, _url = _predict_page(mapping, item, facts, fname, ftype)
+                        if value is not None and same_value(value, item.values[fname], ftype):
+                            value_pages[item.example.record_id].add(facts.source.url)
         url_parsers, link_report = _learn_links(items, value_pages, rng, min_precision)
-        if not fields:
-            continue
-        raw: dict[str, Any] = {
-            "name": name,
-            "description": (
-                "learned from the dataset's known values"
-                + (" across hosts (generic rules, lowest priority)" if generic else "")
-            ),
-            "url_patterns": patterns,
-            "priority": priority,
-        }
-        if url_parsers:
-            raw["url_parsers"] = url_parsers
-        raw["fields"] = fields
-        raw["learned"] = {
-            "examples": len(items),
-            "learned_at": learned_at,
-            "precision": {f: round(j.precision, 4) for f, j in learned_fields.items()},
-            "recall": {f: round(j.recall, 4) for f, j in learned_fields.items()},
-            "held_out": {f: j.held_out for f, j in learned_fields.items()},
-            "rules": {f: j.candidate.kind for f, j in learned_fields.items()},
-        }
-        mappings.append(raw)
+        for level, learned_fields in enumerate(levels):
+            if not learned_fields:
+                continue
+            raw = _mapping_document(
+                f"{name}_fallback{level}" if level else name,
+                learned_fields,
+                patterns=patterns,
+                priority=priority - level,
+                url_parsers=url_parsers if level == 0 else [],
+                examples=len(items),
+                learned_at=learned_at,
+                generic=generic,
+                level=level,
+            )
+            mappings.append(raw)
         if link_report:
             report_fields.setdefault("_links", {}).setdefault(name, link_report)
     for fname, entry in report_fields.items():
         if fname.startswith("_"):
             continue
-        if entry["examples"] == 0:
+        if entry["examples"] == 0 and entry["covered_by_given_mappings"]:
+            entry["why_nothing"] = "covered by the given mappings"
+        elif entry["examples"] == 0:
             entry["why_nothing"] = "no example record has a known value for this field"
         elif not any(m.get("kept") for m in entry["mappings"].values()):
             whys = sorted({m.get("why_nothing", "") for m in entry["mappings"].values()} - {""})
@@ -646,6 +739,53 @@ def learn(
         "cpu_ms_per_page": round(cpu * 1000 / pages_total, 2) if pages_total else 0.0,
     }
     return LearnResult(mappings, report)
+
+
+def _mapping_document(
+    name: str,
+    learned_fields: dict[str, Judged],
+    *,
+    patterns: list[dict[str, Any]],
+    priority: int,
+    url_parsers: list[dict[str, Any]],
+    examples: int,
+    learned_at: str,
+    generic: bool,
+    level: int,
+) -> dict[str, Any]:
+    description = "learned from the dataset's known values"
+    if generic:
+        description += " across hosts (generic rules, lowest priority)"
+    if level:
+        description += f"; fallback {level}: for pages where the rules above give nothing"
+    raw: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "url_patterns": patterns,
+        "priority": priority,
+    }
+    if url_parsers:
+        raw["url_parsers"] = url_parsers
+    raw["fields"] = [
+        {
+            "name": fname,
+            "description": (
+                f"learned ({j.candidate.kind}): held-out precision {j.precision:.2f}, "
+                f"recall {j.recall:.2f} on {j.held_out} examples"
+            ),
+            "processors": j.candidate.chain,
+        }
+        for fname, j in learned_fields.items()
+    ]
+    raw["learned"] = {
+        "examples": examples,
+        "learned_at": learned_at,
+        "precision": {f: round(j.precision, 4) for f, j in learned_fields.items()},
+        "recall": {f: round(j.recall, 4) for f, j in learned_fields.items()},
+        "held_out": {f: j.held_out for f, j in learned_fields.items()},
+        "rules": {f: j.candidate.kind for f, j in learned_fields.items()},
+    }
+    return raw
 
 
 def _predict_page(

@@ -220,8 +220,11 @@ def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> li
     return hits
 
 
-def jsonld_paths(facts: PageFacts, needles: list[str]) -> list[tuple[str, bool]]:
-    """JSONPath expressions of JSON-LD properties equal to (or containing) a needle."""
+def jsonld_paths(
+    facts: PageFacts, needles: list[str], date: str | None = None
+) -> list[tuple[str, bool]]:
+    """JSONPath expressions of JSON-LD properties equal to (or containing) a needle; with `date`,
+    a date-time on that day is equal."""
     wanted = set(needles)
     found: list[tuple[str, bool]] = []
 
@@ -234,7 +237,7 @@ def jsonld_paths(facts: PageFacts, needles: list[str]) -> list[tuple[str, bool]]
                 walk(item, [*path, "[*]"])
         elif isinstance(node, (str, int, float)) and not isinstance(node, bool) and path:
             text = clean_text(str(node))
-            if text in wanted:
+            if text in wanted or (date and date_in(text, date)):
                 found.append((_jsonpath(path), True))
             elif len(text) <= MAX_PART_TEXT and any(n in text for n in wanted):
                 found.append((_jsonpath(path), False))
@@ -579,7 +582,7 @@ def candidates_for(
             else:
                 for steps in part_steps(hit.text, hit.needle, ftype):
                     add([xp(expression), *steps], kind)
-    for path, whole in jsonld_paths(facts, needles):
+    for path, whole in jsonld_paths(facts, needles, str(known) if ftype == "date" else None):
         head = [xp(JSONLD_SELECTOR), {"type": "jsonpath", "parameters": {"expression": path}}]
         if whole:
             add([*head, *tail], "jsonld")
@@ -595,3 +598,47 @@ def candidates_for(
                     "jsonld",
                 )
     return out
+
+
+MAX_FEATURE_ELEMENTS = 600  # elements of a record's section looked at for yes/no features
+
+
+def presence_features(facts: PageFacts, fragment: str, record_id: str) -> set[str]:
+    """XPath expressions of what is present in the record's section (its `$fragment` section,
+    else the page): elements by class, directly under the section or anywhere in it, and short
+    texts. A yes/no field is learned as the presence of one of them (`boolean(...)`)."""
+    tree = facts.tree
+    if tree is None:
+        return set()
+    head, root = "", None
+    if fragment:
+        named = _BY_ID(tree, v=fragment)
+        if named:
+            head, root = "//*[@id=$fragment]", named[0]
+    if root is None:
+        bodies = tree.xpath("//body")
+        root = bodies[0] if bodies else tree
+    avoid = tuple(a for a in (fragment, record_id) if a)
+    out: set[str] = set()
+    for count, element in enumerate(root.iterdescendants()):
+        if count >= MAX_FEATURE_ELEMENTS:
+            break
+        if not isinstance(element.tag, str) or element.tag in ("script", "style"):
+            continue
+        tag = _tag(element)
+        for name in _classes(element, avoid)[:3]:
+            out.add(f"{head}//{tag}[{has_class(name)}]")
+            if head and element.getparent() is root:
+                out.add(f"{head}/{tag}[{has_class(name)}]")
+        text = (element.text or "").strip()
+        short = 2 < len(text) <= 25 and len(element) == 0
+        if short and not any(ch.isdigit() for ch in text) and not any(a in text for a in avoid):
+            out.add(f"{head}//{tag}[normalize-space(.)={xq(clean_text(text))}]")
+    return out
+
+
+def presence_candidate(feature: str) -> Candidate:
+    kind = "record" if feature.startswith("//*[@id=$fragment]") else "class"
+    if "normalize-space(.)=" in feature and "@class" not in feature:
+        kind = "record" if kind == "record" else "label"
+    return candidate([xp(f"boolean({feature})")], kind)
