@@ -189,6 +189,27 @@ def write_sample_shard(sample: list[Sampled], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=SEED_SCHEMA), path)
 
 
+PROBES_PER_TEMPLATE = 2  # records per template that follow same-site links (depth >= 1)
+MAX_PROBES = 50
+PROBE_LINKS = 10  # same-site links followed per page by a probe
+
+
+def split_probes(sample: list[Sampled]) -> tuple[list[Sampled], list[Sampled]]:
+    """(probes, others): the first PROBES_PER_TEMPLATE records of each template, at most
+    MAX_PROBES, and the rest."""
+    per_template: Counter[Any] = Counter()
+    probes: list[Sampled] = []
+    others: list[Sampled] = []
+    for s in sample:
+        key = template_key(s.urls[0])
+        if per_template[key] < PROBES_PER_TEMPLATE and len(probes) < MAX_PROBES:
+            per_template[key] += 1
+            probes.append(s)
+        else:
+            others.append(s)
+    return probes, others
+
+
 # -- fetching ------------------------------------------------------------------------------------
 
 
@@ -238,19 +259,24 @@ def collect_pages(
     ctx: FetchContext,
     *,
     learned_dir: Path | None = None,
+    links_per_page: int = 0,
+    phase: str = "crawl",
 ) -> Collected:
     """Fetch the pages the sampled records' URLs lead to (within the dataset's crawl depth) with
-    the crawl worker in collecting mode; the pages are kept in the crawled-URL store too."""
+    the crawl worker in collecting mode; the pages are kept in the crawled-URL store too.
+    Links followed: the mappings' url_parsers, plus `links_per_page` same-site links of each
+    page (a probe of sites whose links no mapping knows yet). `phase` names the files of this
+    crawl in the work folder (`<phase>/`, `<phase>.parquet`, the request log)."""
     from enrich_crawl.crawl.collect import CollectConfig, read_collected
     from enrich_crawl.crawl.params import WorkerParams
 
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    out_dir = ctx.work_dir / "crawl"
+    out_dir = ctx.work_dir / phase
     if out_dir.exists():
         import shutil
 
         shutil.rmtree(out_dir)
-    seed_path = ctx.work_dir / "sample.parquet"
+    seed_path = ctx.work_dir / f"{phase}.parquet"
     write_sample_shard(sample, seed_path)
     empty = None
     if mappings_dir is None:
@@ -272,7 +298,7 @@ def collect_pages(
         allow_private=ctx.allow_private,
         mongo_uri=ctx.mongo_uri,
         mongo_db=ctx.mongo_db,
-        collect=CollectConfig().to_dict(),
+        collect=CollectConfig(links_per_page=links_per_page).to_dict(),
         learned_mappings_dir=str(learned_dir) if has_mappings(learned_dir) else None,
         log_level="WARNING",
     )
@@ -283,10 +309,11 @@ def collect_pages(
             # crawl_results serves it, its request log the evidence of politeness
             from enrich_crawl.testing.web import running_web
 
-            log_path = ctx.work_dir / "web-requests.jsonl"
+            suffix = "" if phase == "crawl" else f"-{phase}"
+            log_path = ctx.work_dir / f"web-requests{suffix}.jsonl"
             web = stack.enter_context(running_web(spec.virtual_web, log_path=log_path))
             params.proxy = web.proxy_url
-        stats = run_worker(params, ctx.work_dir, log=ctx.log)
+        stats = run_worker(params, ctx.work_dir, log=ctx.log, name=phase)
     if empty is not None:
         with contextlib.suppress(OSError):
             empty.rmdir()
@@ -320,12 +347,14 @@ def examples_of(sample: list[Sampled], collected: Collected) -> list[Any]:
     ]
 
 
-def run_worker(params: Any, work_dir: Path, *, log: Any = None) -> dict[str, Any]:
+def run_worker(
+    params: Any, work_dir: Path, *, log: Any = None, name: str = "worker"
+) -> dict[str, Any]:
     """Run `python -m enrich_crawl.crawl.worker --params FILE` to its end in its own session
     (its whole process tree is stopped if this is interrupted); returns its statistics."""
-    params_file = work_dir / "worker-params.json"
+    params_file = work_dir / f"{name}-params.json"
     write_json(params_file, params.to_dict())
-    stderr_path = work_dir / "worker.log"
+    stderr_path = work_dir / f"{name}.log"
     env = dict(os.environ)
     if params.mongo_uri:
         env["MONGODB_URI"] = params.mongo_uri
@@ -366,23 +395,33 @@ def run_worker(params: Any, work_dir: Path, *, log: Any = None) -> dict[str, Any
     return read_json(stats_path)
 
 
-def fetch_summary(stats: dict[str, Any], sample: list[Sampled]) -> dict[str, Any]:
-    """What the collecting crawl cost, for the learn report and the asset metadata."""
-    collected = stats.get("collected") or {}
-    pages = int(stats.get("pages") or 0)
+def fetch_summary(
+    stats: dict[str, Any] | list[dict[str, Any]], sample: list[Sampled], probes: int = 0
+) -> dict[str, Any]:
+    """What the collecting crawl(s) cost, for the learn report and the asset metadata."""
+    crawls = stats if isinstance(stats, list) else [stats]
+
+    def total(key: str, within: str | None = None) -> int:
+        return sum(int(((c.get(within) or {}) if within else c).get(key) or 0) for c in crawls)
+
+    errors: Counter[str] = Counter()
+    for c in crawls:
+        errors.update(c.get("errors_by_kind") or {})
+    pages = total("pages")
     return {
         "records_sampled": len(sample),
+        "probe_records": probes,
         "templates": len({template_key(s.urls[0]) for s in sample}),
         "pages_fetched": pages,
-        "pages_from_store": int(stats.get("pages_from_store") or 0),
-        "pages_reused": int(stats.get("pages_reused") or 0),
-        "pages_collected": int(collected.get("pages") or 0),
+        "pages_from_store": total("pages_from_store"),
+        "pages_reused": total("pages_reused"),
+        "pages_collected": total("pages", "collected"),
         "pages_fetched_per_record": round(pages / len(sample), 3) if sample else 0.0,
-        "robots_fetched": int(stats.get("robots_fetched") or 0),
-        "robots_refusals": int(stats.get("robots_refusals") or 0),
-        "requests": int(stats.get("requests") or 0),
-        "errors_by_kind": stats.get("errors_by_kind") or {},
-        "seconds": stats.get("seconds"),
+        "robots_fetched": total("robots_fetched"),
+        "robots_refusals": total("robots_refusals"),
+        "requests": total("requests"),
+        "errors_by_kind": dict(errors),
+        "seconds": round(sum(float(c.get("seconds") or 0) for c in crawls), 3),
     }
 
 
@@ -490,12 +529,44 @@ def learn_dataset(
         return LearnOutcome(report, [out_dir / REPORT_FILE], [], fetch)
     from enrich_crawl.extract.learn import learn, write_learned
 
-    collected = collect_pages(spec, sample, given_dir if has_mappings(given_dir) else None, ctx)
+    given_used = given_dir if has_mappings(given_dir) else None
+    probes, others = split_probes(sample) if spec.crawl.depth > 0 else ([], sample)
+    crawls: list[dict[str, Any]] = []
+    learned_links = None
+    pages: dict[str, list[dict[str, Any]]] = {}
+    if probes:
+        # below depth 0 nobody knows yet which links lead to the values: a few records per
+        # template follow their pages' same-site links, a first learning on them gives the
+        # url_parsers, and the other records follow those links only
+        probed = collect_pages(
+            spec, probes, given_used, ctx, links_per_page=PROBE_LINKS, phase="probe"
+        )
+        crawls.append(probed.stats)
+        pages.update(probed.pages)
+        if others:
+            first = learn(
+                examples_of(probes, probed),
+                spec.field_types(),
+                existing=given,
+                min_precision=min_precision,
+                seed=seed,
+            )
+            learned_links = ctx.work_dir / "probe-mappings"
+            if learned_links.exists():
+                import shutil
+
+                shutil.rmtree(learned_links)
+            write_learned(first, learned_links)
+    if others:
+        rest = collect_pages(spec, others, given_used, ctx, learned_dir=learned_links)
+        crawls.append(rest.stats)
+        pages.update(rest.pages)
+    collected = Collected(pages, {}, None)
     examples = examples_of(sample, collected)
     result = learn(
         examples, spec.field_types(), existing=given, min_precision=min_precision, seed=seed
     )
-    fetch = fetch_summary(collected.stats, sample)
+    fetch = fetch_summary(crawls, sample, probes=len(probes))
     result.report["fetch"] = fetch
     result.report.setdefault("dataset", spec.name)
     files = write_learned(result, out_dir)
