@@ -136,14 +136,16 @@ def _politeness(entries: list[dict], web_root: Path, delay: float) -> dict[str, 
 
 def bench_corpus(name: str, args: argparse.Namespace, mongo: Any, work: Path) -> dict[str, Any]:
     import yaml
-    from enrich_crawl.testing.learn_corpora import build_corpus
 
     from enrich_crawl.staging import read_jsonl
+    from enrich_crawl.testing.learn_corpora import build_corpus
     from enrich_crawl.testing.web import running_web
 
     root = work / name
     say(f"{name}: building the corpus ...")
-    corpus = build_corpus(name, root / "corpus", known_fraction=args.known, seed=args.seed)
+    corpus = build_corpus(
+        name, root / "corpus", known_fraction=args.known, seed=args.seed, scale=args.scale
+    )
     spec = _bench_spec(Path(corpus.spec_path))
     raw = yaml.safe_load(spec.read_text("utf-8"))
     types = {f: (o or {}).get("type", "string") for f, o in raw["fields"].items()}
@@ -285,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "--known", type=float, default=0.3, help="share of each field's cells known"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=1.0, help="< 1: smaller corpora (smoke)")
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=3600.0, help="per command, seconds")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "learn-e2e.json"))
@@ -316,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "learn-e2e",
         "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "known_fraction": args.known,
+        "scale": args.scale,
         "corpora": results,
         "checks": checks(results),
         "seconds": round(time.monotonic() - started, 1),

@@ -189,9 +189,9 @@ def write_sample_shard(sample: list[Sampled], path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=SEED_SCHEMA), path)
 
 
-PROBES_PER_TEMPLATE = 2  # records per template that follow same-site links (depth >= 1)
+PROBES_PER_TEMPLATE = 2  # records per template that follow same-host links (depth >= 1)
 MAX_PROBES = 50
-PROBE_LINKS = 10  # same-site links followed per page by a probe
+PROBE_LINKS = 10  # same-host links followed per page by a probe
 
 
 def split_probes(sample: list[Sampled]) -> tuple[list[Sampled], list[Sampled]]:
@@ -264,7 +264,7 @@ def collect_pages(
 ) -> Collected:
     """Fetch the pages the sampled records' URLs lead to (within the dataset's crawl depth) with
     the crawl worker in collecting mode; the pages are kept in the crawled-URL store too.
-    Links followed: the mappings' url_parsers, plus `links_per_page` same-site links of each
+    Links followed: the mappings' url_parsers, plus `links_per_page` same-host links of each
     page (a probe of sites whose links no mapping knows yet). `phase` names the files of this
     crawl in the work folder (`<phase>/`, `<phase>.parquet`, the request log)."""
     from enrich_crawl.crawl.collect import CollectConfig, read_collected
@@ -536,7 +536,7 @@ def learn_dataset(
     pages: dict[str, list[dict[str, Any]]] = {}
     if probes:
         # below depth 0 nobody knows yet which links lead to the values: a few records per
-        # template follow their pages' same-site links, a first learning on them gives the
+        # template follow their pages' same-host links, a first learning on them gives the
         # url_parsers, and the other records follow those links only
         probed = collect_pages(
             spec, probes, given_used, ctx, links_per_page=PROBE_LINKS, phase="probe"

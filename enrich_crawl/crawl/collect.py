@@ -12,7 +12,7 @@ is `keep`, `links` and `close`), which
 - makes the spider keep every page's body in the crawled-URL store (not only those that fed a
   mapping), so that the `run` that follows serves them from there instead of fetching them again;
 - below depth 0 (datasets whose values sit a link away), offers the spider a bounded number of the
-  page's same-site links to follow, since no mapping says yet which links matter.
+  page's same-host links to follow, since no mapping says yet which links matter.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ BODIES_DIR = "bodies"
 class CollectConfig:
     """`WorkerParams.collect`: empty for an ordinary crawl."""
 
-    # same-site links a page offers for the next depth when no mapping's url_parser does
+    # same-host links a page offers for the next depth when no mapping's url_parser does
     links_per_page: int = 10
 
     @classmethod
@@ -46,9 +46,9 @@ class CollectConfig:
 
 
 def _site(url: str) -> str:
-    from enrich_crawl.dataset.shard import registrable_domain
-
-    return registrable_domain((urlsplit(url).hostname or "").lower())
+    """The host: links to other hosts of one registrable domain (www.python.org from
+    docs.python.org) rarely lead to a record's own values."""
+    return (urlsplit(url).hostname or "").lower()
 
 
 class PageCollector:
@@ -99,7 +99,7 @@ class PageCollector:
         self.lines.write(json.dumps(line, ensure_ascii=False) + "\n")
 
     def links(self, page: Any, allowed: Any) -> list[str]:
-        """Up to `links_per_page` links of `page` to other pages of its own site, in document
+        """Up to `links_per_page` links of `page` to other pages of its own host, in document
         order, that `allowed(url)` accepts (the crawl's URL policy)."""
         from enrich_crawl.urls import normalise_link, page_key
 

@@ -421,7 +421,13 @@ class EnrichSpider(scrapy.Spider):
     def _request(self, order: FetchOrder, doc: dict[str, Any] | None) -> scrapy.Request:
         meta: dict[str, Any] = {"page_key": order.key, "enrich_depth": order.depth}
         headers: dict[str, str] = {}
-        if doc is not None and not doc.get("reason") and self.config.store_pages:
+        # a collecting crawl wants the body: a 304 for a page stored without one is of no use
+        if (
+            doc is not None
+            and not doc.get("reason")
+            and self.config.store_pages
+            and (doc.get("body") is not None or self.collector is None)
+        ):
             if doc.get("etag"):
                 headers["If-None-Match"] = doc["etag"]
             if doc.get("last_modified"):
