@@ -84,12 +84,17 @@ def sample_for_learning(
     per_template: int = 40,
     per_domain: int = 120,
     max_records: int = 2000,
+    yes_no: Iterable[str] = (),
 ) -> list[Sampled]:
     """Records with known values, in file order, taken while one of their known fields has fewer
     than `per_template` examples in the record's site template (template_key of its first URL),
-    at most `per_domain` records of one registrable domain and `max_records` in all."""
+    at most `per_domain` records of one registrable domain and `max_records` in all. The
+    `yes_no` (boolean) fields count each answer apart, up to half of `per_template` each: the
+    rare answer (a deprecated module among hundreds) is what teaches where the answer shows."""
     fields = list(fields)
-    per_field: Counter[tuple[Any, str]] = Counter()
+    yes_no = set(yes_no)
+    half = max(1, per_template // 2)
+    per_field: Counter[tuple[Any, ...]] = Counter()
     per_site: Counter[str] = Counter()
     out: list[Sampled] = []
     for record in records:
@@ -101,10 +106,13 @@ def sample_for_learning(
         domain = _domain(urls[0])
         if per_site[domain] >= per_domain:
             continue
-        if all(per_field[(template, name)] >= per_template for name in known):
+        keys = [
+            (template, name, str(value).lower()) if name in yes_no else (template, name)
+            for name, value in known.items()
+        ]
+        if all(per_field[key] >= (half if len(key) == 3 else per_template) for key in keys):
             continue
-        for name in known:
-            per_field[(template, name)] += 1
+        per_field.update(keys)
         per_site[domain] += 1
         out.append(Sampled(str(record["_id"]), urls, known, record))
         if len(out) >= max_records:
@@ -502,6 +510,7 @@ def learn_dataset(
         per_template=per_template,
         per_domain=per_template * 3,
         max_records=max_records,
+        yes_no=[name for name, f in spec.fields.items() if f.type == "boolean"],
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_learned(out_dir)

@@ -192,3 +192,19 @@ def test_agreement_problems_need_repeated_disagreements_or_silence():
     disagreeing, silent = agreement_problems(result, min_agreement=0.9)
     assert [(r["mapping"], r["field"]) for r in disagreeing] == [("site_a", "status")]
     assert [(r["mapping"], r["field"]) for r in silent] == [("site_c", "city")]
+
+
+def test_sampling_takes_the_rare_answer_of_a_yes_no_field():
+    records = [
+        {
+            "_id": f"r{n}",
+            "_urls": [f"http://a.test/item/{n}.html"],
+            "_data": {"deprecated": n % 25 == 7},  # 4 of 100 records say yes
+        }
+        for n in range(100)
+    ]
+    plain = sample_for_learning(records, ["deprecated"], per_template=10)
+    assert sum(s.known["deprecated"] for s in plain) == 1
+    balanced = sample_for_learning(records, ["deprecated"], per_template=10, yes_no=["deprecated"])
+    assert sum(s.known["deprecated"] for s in balanced) == 4
+    assert len(balanced) == 9  # 5 of each answer at most: the 4 yes and 5 no
