@@ -75,12 +75,18 @@ def _bench_spec(spec_path: Path, name: str | None = None) -> Path:
     return out
 
 
-def _cells(docs: dict[str, dict], truth: dict[str, dict], types: dict[str, str]) -> dict:
+def _cells(
+    docs: dict[str, dict],
+    truth: dict[str, dict],
+    types: dict[str, str],
+    unfindable: dict[str, dict[str, str]],
+) -> dict:
     """Accuracy and precision on the cells the table was missing (the lineage's and the still
-    missing fields of each document)."""
+    missing fields of each document) whose truth is a value a crawler can reach (the corpus's
+    `unfindable` cells, behind robots.txt or dead hosts, are counted apart)."""
     from bench.e2e.measure import same_value
 
-    missing = filled = right = 0
+    missing = filled = right = unreachable = 0
     per_field: dict[str, dict[str, int]] = {}
     for rid, doc in docs.items():
         expected = truth.get(rid)
@@ -89,6 +95,9 @@ def _cells(docs: dict[str, dict], truth: dict[str, dict], types: dict[str, str])
         cells = set(doc.get("lineage") or {}) | set(doc.get("missing") or [])
         for name in cells:
             if name not in types or expected.get(name) in (None, "", []):
+                continue
+            if name in (unfindable.get(rid) or {}):
+                unreachable += 1
                 continue
             entry = per_field.setdefault(name, {"missing": 0, "filled": 0, "right": 0})
             missing += 1
@@ -103,6 +112,7 @@ def _cells(docs: dict[str, dict], truth: dict[str, dict], types: dict[str, str])
                 entry["right"] += 1
     return {
         "missing_cells": missing,
+        "unreachable_cells": unreachable,
         "filled": filled,
         "right": right,
         "accuracy": round(right / missing, 4) if missing else None,
@@ -239,10 +249,11 @@ def bench_corpus(name: str, args: argparse.Namespace, mongo: Any, work: Path) ->
     result["refetched"] = len(pages(learn_requests) & pages(run_requests))
     result["refetched_sample"] = sorted(pages(learn_requests) & pages(run_requests))[:10]
     docs = _documents(mongo.uri, f"learn_{name}", raw["name"])
-    result["learned"] = _cells(docs, truth, types)
+    unfindable = {str(k): v for k, v in dict(corpus.unfindable or {}).items()}
+    result["learned"] = _cells(docs, truth, types, unfindable)
     if hand is not None:
         hand_docs = _documents(mongo.uri, f"learn_{name}", f"{raw['name']}_handwritten")
-        result["handwritten"] = _cells(hand_docs, truth, types)
+        result["handwritten"] = _cells(hand_docs, truth, types, unfindable)
         result["handwritten"]["rc"] = hand["rc"]
     return result
 
