@@ -108,7 +108,8 @@ def examples_for(corpus, source, ids, *, wide: bool, mappings=None) -> list[Exam
 
 def run_corpus(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     started = time.monotonic()
-    corpus = build_corpus(name, cache_dir() / "learn" / name, seed=args.seed, scale=args.scale)
+    folder = name if args.scale == 1 else f"{name}-scale{args.scale:g}"
+    corpus = build_corpus(name, cache_dir() / "learn" / folder, seed=args.seed, scale=args.scale)
     built = time.monotonic() - started
     rng = random.Random(args.seed)
     source = PageSource(WebFolder(corpus.web_root))

@@ -259,3 +259,21 @@ def test_learn_reports_why_nothing_was_learned(tmp_path):
     paths = write_learned(result, tmp_path / "out")
     assert [p.name for p in paths] == [REPORT_NAME]
     assert len(MappingSet.load(tmp_path / "out")) == 0
+
+
+def test_json_answers_are_learned_as_key_paths():
+    """A JSON API answer (the shape of PyPI's JSON API): the value's key path."""
+    examples = []
+    for i in range(12):
+        body = json.dumps(
+            {"info": {"name": f"pkg{i}", "version": f"1.{i}.0", "requires_python": ">=3.8"}}
+        ).encode()
+        page = ExamplePage(f"https://pypi.example/pypi/pkg{i}/json", body, "application/json")
+        examples.append(Example(f"pkg{i}", {"version": f"1.{i}.0"}, [page]))
+    result = learn(examples, {"version": "string"})
+    (mapping,) = result.mappings
+    assert mapping["fields"][0]["processors"][0] == {
+        "type": "jsonpath",
+        "parameters": {"expression": "$.info.version"},
+    }
+    assert mapping["learned"]["rules"] == {"version": "json"}

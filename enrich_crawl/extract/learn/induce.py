@@ -686,13 +686,15 @@ def learn(
             for level, judged in enumerate([outcome.kept, *outcome.fallbacks]):
                 levels[level][fname] = judged
                 mapping = compiled.get(fname, judged.candidate)
+                if mapping is None:
+                    continue
                 for item in _field_examples(items, fname):
-                    for facts in item.pages:
-                        if facts.depth == 0 or mapping is None:
-                            continue
-                        value, _url = _predict_page(mapping, item, facts, fname, ftype)
-                        if value is not None and same_value(value, item.values[fname], ftype):
-                            value_pages[item.example.record_id].add(facts.source.url)
+                    # a deeper page matters where the record's own pages do not give the value:
+                    # the first page (shallowest first) that yields is a deeper one, and right
+                    value, url = _predict(mapping, item, fname, ftype)
+                    depth = next((f.depth for f in item.pages if f.source.url == url), 0)
+                    if depth and same_value(value, item.values[fname], ftype):
+                        value_pages[item.example.record_id].add(url)
         url_parsers, link_report = _learn_links(items, value_pages, rng, min_precision)
         for level, learned_fields in enumerate(levels):
             if not learned_fields:
@@ -786,18 +788,3 @@ def _mapping_document(
         "rules": {f: j.candidate.kind for f, j in learned_fields.items()},
     }
     return raw
-
-
-def _predict_page(
-    mapping: Mapping, prepared: Prepared, facts: PageFacts, name: str, ftype: str
-) -> tuple[Any, str]:
-    result = run_mapping(
-        mapping,
-        facts.page,
-        fragment=facts.source.fragment,
-        record_id=prepared.example.record_id,
-        field_types={name: ftype},
-        only_fields=(name,),
-        with_links=False,
-    )
-    return result.fields.get(name), facts.source.url

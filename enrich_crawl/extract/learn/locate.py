@@ -37,6 +37,7 @@ KIND_COST = {
     "rdfa": 0,
     "canonical": 0,
     "title": 1,
+    "json": 1,
     "record": 1,
     "label": 2,
     "id": 2,
@@ -225,6 +226,10 @@ def jsonld_paths(
 ) -> list[tuple[str, bool]]:
     """JSONPath expressions of JSON-LD properties equal to (or containing) a needle; with `date`,
     a date-time on that day is equal."""
+    return _json_paths(facts.jsonld(), needles, date)
+
+
+def _json_paths(blocks: list[Any], needles: list[str], date: str | None) -> list[tuple[str, bool]]:
     wanted = set(needles)
     found: list[tuple[str, bool]] = []
 
@@ -242,7 +247,7 @@ def jsonld_paths(
             elif len(text) <= MAX_PART_TEXT and any(n in text for n in wanted):
                 found.append((_jsonpath(path), False))
 
-    for block in facts.jsonld():
+    for block in blocks:
         walk(block, [])
     return found
 
@@ -559,6 +564,15 @@ def candidates_for(
 ) -> dict[str, Candidate]:
     """Every candidate rule that selects the known value on this page."""
     out: dict[str, Candidate] = {}
+    if facts.page.kind == "json" and facts.page.json is not None:
+        # a JSON API answer: the value's key path, as a person would write it
+        date = str(known) if ftype == "date" else None
+        for path, whole in _json_paths([facts.page.json], needles, date):
+            if whole:
+                steps = [{"type": "jsonpath", "parameters": {"expression": path}}]
+                made = candidate([*steps, *value_steps(ftype)], "json")
+                out.setdefault(made.processors, made)
+        return out
     if facts.tree is None:
         return out
     avoid = tuple(a for a in (fragment, record_id, *needles) if a and len(a) >= 2)
