@@ -202,6 +202,44 @@ MAX_PROBES = 50
 PROBE_LINKS = 10  # same-host links followed per page by a probe
 
 
+# why_nothing of the learner when a deeper page might hold what the record's own page does not
+_DEEPER_HINTS = ("not found", "no rule reached", "no candidate")
+LOW_RECALL = 0.8
+
+
+def fields_wanting_depth(report: dict[str, Any]) -> set[str]:
+    """Fields that the records' own pages did not teach (values not found there, no rule good
+    enough) or taught only for a few records (recall below LOW_RECALL): deeper pages may hold
+    them. Fields covered by given mappings, without known values, or yes/no fields short of
+    examples of one answer are not among them (a deeper page would not help)."""
+    out = set()
+    for name, entry in (report.get("fields") or {}).items():
+        if not entry.get("examples"):
+            continue
+        kept = [
+            (m.get("kept") or {}) for m in (entry.get("mappings") or {}).values() if m.get("kept")
+        ]
+        why = str(entry.get("why_nothing") or "")
+        not_here = not kept and any(hint in why for hint in _DEEPER_HINTS)
+        rarely = bool(kept) and max(float(k.get("recall") or 0.0) for k in kept) < LOW_RECALL
+        if not_here or rarely:
+            out.add(name)
+    return out
+
+
+def _add_pages(
+    pages: dict[str, list[dict[str, Any]]], more: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Add the pages of a later crawl to those each record has (a page once per record)."""
+    for record, rows in more.items():
+        have = pages.setdefault(record, [])
+        seen = {(r["url"], r.get("fragment") or "") for r in have}
+        for row in rows:
+            if (row["url"], row.get("fragment") or "") not in seen:
+                have.append(row)
+                seen.add((row["url"], row.get("fragment") or ""))
+
+
 def split_probes(sample: list[Sampled]) -> tuple[list[Sampled], list[Sampled]]:
     """(probes, others): the first PROBES_PER_TEMPLATE records of each template, at most
     MAX_PROBES, and the rest."""
@@ -269,6 +307,7 @@ def collect_pages(
     learned_dir: Path | None = None,
     links_per_page: int = 0,
     phase: str = "crawl",
+    depth: int | None = None,
 ) -> Collected:
     """Fetch the pages the sampled records' URLs lead to (within the dataset's crawl depth) with
     the crawl worker in collecting mode; the pages are kept in the crawled-URL store too.
@@ -290,6 +329,8 @@ def collect_pages(
     if mappings_dir is None:
         empty = Path(tempfile.mkdtemp(prefix="no-mappings-", dir=ctx.work_dir))
     crawl = spec.crawl.to_dict()
+    if depth is not None:
+        crawl["depth"] = min(depth, spec.crawl.depth)
     if ctx.timeout:
         crawl["time_budget_seconds"] = float(ctx.timeout)
     params = WorkerParams(
@@ -539,44 +580,51 @@ def learn_dataset(
     from enrich_crawl.extract.learn import learn, write_learned
 
     given_used = given_dir if has_mappings(given_dir) else None
-    probes, others = split_probes(sample) if spec.crawl.depth > 0 else ([], sample)
-    crawls: list[dict[str, Any]] = []
-    learned_links = None
-    pages: dict[str, list[dict[str, Any]]] = {}
-    if probes:
-        # below depth 0 nobody knows yet which links lead to the values: a few records per
-        # template follow their pages' same-host links, a first learning on them gives the
-        # url_parsers, and the other records follow those links only
+    types = spec.field_types()
+    # one run id for every pass: a later pass takes an earlier one's pages from the store as
+    # this run's, whatever the recrawl TTL
+    ctx.run_id = ctx.run_id or f"learn-{uuid.uuid4().hex[:12]}"
+
+    def learn_on(records: list[Sampled], pages: dict[str, list[dict[str, Any]]]) -> Any:
+        examples = examples_of(records, Collected(pages, {}, None))
+        return learn(examples, types, existing=given, min_precision=min_precision, seed=seed)
+
+    # 1. every sampled record's own pages (depth 0): most values sit there, and then one page
+    # per record is all learning costs
+    first = collect_pages(spec, sample, given_used, ctx, depth=0)
+    crawls: list[dict[str, Any]] = [first.stats]
+    pages: dict[str, list[dict[str, Any]]] = dict(first.pages)
+    result = learn_on(sample, pages)
+    probes: list[Sampled] = []
+    deeper = fields_wanting_depth(result.report) if spec.crawl.depth > 0 else set()
+    wanting = [s for s in sample if deeper & set(s.known)]
+    if wanting:
+        # 2. fields that the records' own pages do not give: nobody knows yet which links lead
+        # to them, so a few records per template follow their pages' same-host links; a
+        # learning on them gives the url_parsers, and the other records follow those only
+        probes, others = split_probes(wanting)
         probed = collect_pages(
             spec, probes, given_used, ctx, links_per_page=PROBE_LINKS, phase="probe"
         )
         crawls.append(probed.stats)
-        pages.update(probed.pages)
+        _add_pages(pages, probed.pages)
+        learned_links = None
         if others:
-            first = learn(
-                examples_of(probes, probed),
-                spec.field_types(),
-                existing=given,
-                min_precision=min_precision,
-                seed=seed,
-            )
             learned_links = ctx.work_dir / "probe-mappings"
             if learned_links.exists():
                 import shutil
 
                 shutil.rmtree(learned_links)
-            write_learned(first, learned_links)
-    if others:
-        rest = collect_pages(spec, others, given_used, ctx, learned_dir=learned_links)
-        crawls.append(rest.stats)
-        pages.update(rest.pages)
-    collected = Collected(pages, {}, None)
-    examples = examples_of(sample, collected)
-    result = learn(
-        examples, spec.field_types(), existing=given, min_precision=min_precision, seed=seed
-    )
+            write_learned(learn_on(probes, pages), learned_links)
+            rest = collect_pages(
+                spec, others, given_used, ctx, learned_dir=learned_links, phase="deeper"
+            )
+            crawls.append(rest.stats)
+            _add_pages(pages, rest.pages)
+        result = learn_on(sample, pages)
     fetch = fetch_summary(crawls, sample, probes=len(probes))
     result.report["fetch"] = fetch
+    result.report["fetch"]["fields_probed_deeper"] = sorted(deeper)
     result.report.setdefault("dataset", spec.name)
     files = write_learned(result, out_dir)
     return LearnOutcome(result.report, list(files), list(result.mappings), fetch)

@@ -208,3 +208,26 @@ def test_sampling_takes_the_rare_answer_of_a_yes_no_field():
     balanced = sample_for_learning(records, ["deprecated"], per_template=10, yes_no=["deprecated"])
     assert sum(s.known["deprecated"] for s in balanced) == 4
     assert len(balanced) == 9  # 5 of each answer at most: the 4 yes and 5 no
+
+
+def test_only_fields_the_own_pages_do_not_teach_send_learning_deeper():
+    from enrich_crawl.learning import fields_wanting_depth
+
+    report = {
+        "fields": {
+            "title": {"examples": 9, "mappings": {"m": {"kept": {"recall": 1.0}}}},
+            "city": {  # on the about page: not on the records' own pages
+                "examples": 9,
+                "mappings": {"m": {"kept": None}},
+                "why_nothing": "the known values were not found on the training examples' pages",
+            },
+            "phone": {"examples": 9, "mappings": {"m": {"kept": {"recall": 0.3}}}},
+            "deprecated": {  # a deeper page would not help
+                "examples": 9,
+                "mappings": {"m": {"kept": None}},
+                "why_nothing": "a yes/no field needs two training examples of each answer",
+            },
+            "email": {"examples": 0, "why_nothing": "no example record has a known value"},
+        }
+    }
+    assert fields_wanting_depth(report) == {"city", "phone"}
