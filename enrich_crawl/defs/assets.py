@@ -127,14 +127,15 @@ def learned_mappings(
     rows, numbers = [], {}
     for name in spec.fields:
         best = (fields.get(name) or [{}])[0]
+        examples = int(((outcome.report.get("fields") or {}).get(name) or {}).get("examples") or 0)
         numbers[f"precision/{name}"] = float(best.get("precision") or 0.0)
         numbers[f"recall/{name}"] = float(best.get("recall") or 0.0)
-        numbers[f"examples/{name}"] = int(best.get("examples") or 0)
+        numbers[f"examples/{name}"] = examples
         rule = best.get("rule")
         rows.append(
             [
                 name,
-                best.get("examples", 0) or 0,
+                examples,
                 best.get("precision", "-"),
                 best.get("recall", "-"),
                 best.get("mapping", "-"),
