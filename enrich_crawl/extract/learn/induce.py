@@ -243,6 +243,8 @@ def _judge(
     return judged
 
 
+# a link that leads nowhere costs one polite fetch, not a wrong value: a lower bar than fields
+LINK_MIN_PRECISION = 0.8
 WRONG_COST = 10  # a wrong value costs as much as this many missing ones
 
 
@@ -545,8 +547,19 @@ def _learn_links(
     reports: list[dict[str, Any]] = []
     parsers: list[dict[str, Any]] = []
     covered: set[str] = set()
-    ranked = sorted(support, key=lambda e: (-support[e], len(e)))
-    for expression in ranked[:MAX_CANDIDATES]:
+    # the best supported links of each set of fields first (the about page's link should not
+    # crowd out the team page's)
+    by_fields: dict[frozenset[str], list[str]] = defaultdict(list)
+    for expression in sorted(support, key=lambda e: (-support[e], len(e))):
+        by_fields[frozenset(serves[expression])].append(expression)
+    ranked = [
+        e
+        for rank in range(max(len(v) for v in by_fields.values()))
+        for v in by_fields.values()
+        if rank < len(v)
+        for e in v[rank : rank + 1]
+    ]
+    for expression in ranked[: MAX_CANDIDATES * 2]:
         if support[expression] < 2 and len(train) >= 4:
             continue
         try:
@@ -609,7 +622,7 @@ def _learn_links(
         }
         keep = (
             yielded
-            and precision >= min_precision
+            and precision >= min(min_precision, LINK_MIN_PRECISION)
             and fetched / pages_linking <= 3
             and not reached <= covered
         )
@@ -623,7 +636,7 @@ def _learn_links(
                     "processors": [{"type": "xpath", "parameters": {"expression": expression}}],
                 }
             )
-        if len(parsers) >= 6:
+        if len(parsers) >= 8:
             break
     return parsers, reports
 

@@ -110,7 +110,6 @@ class PageFacts:
             content_type=example_page.content_type,
             status=example_page.status,
         )
-        self.tree = self.page.tree if self.page.kind in ("html", "xml") else None
         self._jsonld: list[Any] | None = None
         self._plain: str | None = None
         self._links: dict[str, list[Any]] | None = None
@@ -118,6 +117,11 @@ class PageFacts:
     @property
     def depth(self) -> int:
         return self.source.depth
+
+    @property
+    def tree(self) -> Any:
+        """The parsed page (parsed on first use: most pages of a probe are never looked into)."""
+        return self.page.tree if self.page.kind in ("html", "xml") else None
 
     def plain_text(self) -> str:
         """The page's markup with whitespace collapsed (what a value is looked for in first)."""
@@ -249,7 +253,7 @@ def word_in(needle: str, text: str) -> bool:
 def value_on_page(facts: PageFacts, needles: list[str]) -> bool:
     """Does the page's text hold one of the renderings of a value (cheap: no parse)?"""
     text = facts.plain_text()
-    return any(n and n in text for n in needles)
+    return any(n and n in text and word_in(n, text) for n in needles)
 
 
 def jsonld_paths(
