@@ -2,7 +2,7 @@
 hand-written mapping, CPU per example page, rule kinds; the Python docs against the bundled mappings.
 
     python -m bench.bench_learn [--corpus pydocs structured synth] [--scale 1.0]
-        [--examples-per-template 40] [--eval-records 2000]
+        [--examples-per-template N] [--tail-examples 400] [--eval-records 2000]
 
 For each corpus (`enrich_crawl.testing.learn_corpora`, ~30% of each field's cells known):
 
@@ -55,7 +55,7 @@ TARGET_PRECISION = 0.98
 TARGET_CPU_MS = 50.0
 TARGET_HAND_RATIO = 0.97
 PROBES_PER_TEMPLATE = 2
-PROBES_TAIL = 24
+PROBES_TAIL = 60
 
 
 def sample_examples(
@@ -113,7 +113,8 @@ def run_corpus(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     built = time.monotonic() - started
     rng = random.Random(args.seed)
     source = PageSource(WebFolder(corpus.web_root))
-    probes, others = sample_examples(corpus, args.examples_per_template, args.tail_examples, rng)
+    per_template = args.examples_per_template or (12 if name == "synth" else 100)
+    probes, others = sample_examples(corpus, per_template, args.tail_examples, rng)
     examples = examples_for(corpus, source, probes, wide=corpus.depth > 0)
     probe_mappings = None
     if corpus.depth > 0 and others:
@@ -180,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", nargs="+", default=["pydocs", "structured", "synth"])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--examples-per-template", type=int, default=100)
+    parser.add_argument(
+        "--examples-per-template",
+        type=int,
+        help="default: 100 (pydocs, structured), 12 (synth: its 130 directory hosts are templates)",
+    )
     parser.add_argument("--tail-examples", type=int, default=400)
     parser.add_argument("--eval-records", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=RESULTS / "learn.json")

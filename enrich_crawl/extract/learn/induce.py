@@ -37,8 +37,10 @@ from enrich_crawl.extract.learn.locate import (
     PageFacts,
     candidates_for,
     has_class,
+    page_types,
     presence_candidate,
     presence_features,
+    value_on_page,
     xq,
 )
 from enrich_crawl.extract.learn.model import Example, LearnResult
@@ -47,7 +49,7 @@ from enrich_crawl.extract.mapping import Mapping, MappingSet, compile_mapping, r
 MIN_TEMPLATE_EXAMPLES = 4  # fewer examples on a template: its records go to the generic mapping
 MAX_TRAIN = 24  # training examples per template and field (candidates come from these)
 MAX_HELD_OUT = 80  # held-out examples per template and field (rules are validated on these)
-MAX_CANDIDATES = 24  # candidates validated per field and template, most supported first
+MAX_CANDIDATES = 36  # candidates validated per field and template, most supported first
 PER_HOST_GENERIC = 2  # examples per host in the generic mapping (every host weighs the same)
 TEMPLATE_PRIORITY = -10
 GENERIC_PRIORITY = -20
@@ -59,6 +61,7 @@ class Prepared:
     example: Example
     pages: list[PageFacts]
     values: dict[str, Any]  # known values, typed as the dataset types them
+    needles: dict[str, list[str]] = field(default_factory=dict)  # field -> renderings
 
     @property
     def host(self) -> str:
@@ -166,9 +169,19 @@ class _Compiled:
 
 
 def _predict(mapping: Mapping, prepared: Prepared, name: str, ftype: str) -> tuple[Any, str]:
-    """The value the crawl would resolve for the record: the first its pages yield, by depth."""
+    """The value the crawl would resolve for the record: the first its pages yield, by depth.
+
+    A deeper page counts only if it holds the known value somewhere: the crawl reaches deeper
+    pages through learned links, which lead to those pages; a fetcher's probe of a whole site
+    also holds the pages of other records (a directory's other entries), which the crawl of this
+    record would never see."""
     example = prepared.example
+    needles = prepared.needles.get(name)
+    if needles is None:
+        needles = prepared.needles[name] = renderings(prepared.values[name], ftype)
     for facts in prepared.pages:
+        if facts.depth and (ftype == "boolean" or not value_on_page(facts, needles)):
+            continue
         result = run_mapping(
             mapping,
             facts.page,
@@ -230,6 +243,8 @@ def _judge(
     return judged
 
 
+# a link that leads nowhere costs one polite fetch, not a wrong value: a lower bar than fields
+LINK_MIN_PRECISION = 0.8
 WRONG_COST = 10  # a wrong value costs as much as this many missing ones
 
 
@@ -335,7 +350,10 @@ def _learn_field(
         train, held = _split(with_value, rng, by_host=generic)
     if not train or not held:
         return FieldOutcome(None, [], len(with_value), len(train), len(held), "too few hosts")
-    train, held = train[:MAX_TRAIN], held[:MAX_HELD_OUT]
+    # those with the most pages first: a probe that read a whole site shows where values sit
+    # (the generic mapping sees many kinds of site: twice as many)
+    train = sorted(train, key=lambda p: -len(p.pages))[: MAX_TRAIN * (2 if generic else 1)]
+    held = held[:MAX_HELD_OUT]
     support: Counter[str] = Counter()
     found: dict[str, Candidate] = {}
     if ftype == "boolean":
@@ -372,13 +390,17 @@ def _learn_field(
             len(held),
             "the known values were not found on the training examples' pages",
         )
-    ranked = sorted(found.values(), key=lambda c: (-support[c.processors], c.cost))
+    # found on one training example only: chance, not a rule
+    ranked = [c for c in found.values() if support[c.processors] >= 2 or len(train) < 4]
+    ranked.sort(key=lambda c: (-support[c.processors], c.cost))
     if generic:  # cross-site first: structured-data keys hold on many hosts at once
         ranked.sort(key=lambda c: (c.kind not in CROSS_SITE_KINDS, -support[c.processors], c.cost))
+        # ... but not all of the budget: the rules of one kind of site come next
+        ranked = ranked[: MAX_CANDIDATES // 2] + sorted(
+            ranked[MAX_CANDIDATES // 2 :], key=lambda c: (-support[c.processors], c.cost)
+        )
     judged = []
     for cand in ranked[:MAX_CANDIDATES]:
-        if support[cand.processors] < 2 and len(train) >= 4:
-            continue  # found on one training example only: chance, not a rule
         result = _judge(compiled, cand, held, name, ftype)
         if result is not None:
             judged.append(result)
@@ -471,47 +493,73 @@ def _link_candidates(parent: PageFacts, target_url: str) -> list[tuple[str, str]
                     "class",
                 )
             )
+    # the same links on this kind of page only (the home page's menu, not every page's)
+    conditions = page_types(parent, ())
+    out += [(c + e, k) for e, k in list(out) if e.startswith("//") for c in conditions]
     return out
 
 
 def _learn_links(
     items: list[Prepared],
-    value_pages: dict[str, set[str]],
+    value_pages: dict[str, dict[str, set[str]]],
     rng: random.Random,
     min_precision: float,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """url_parsers that lead from a record's pages to the deeper pages holding its values.
 
-    `value_pages`: record id -> URLs of its pages (depth >= 1) where a kept field rule yields the
-    known value. Returns (url_parsers, report entries)."""
+    `value_pages`: record id -> {URL of a deeper page where a kept field rule yields the known
+    value: those fields}. A link rule is judged on the held-out records that have a known value
+    of a field it led to in training: it must lead to the page holding it (or to a page on the way
+    there). Returns (url_parsers, report entries)."""
     support: Counter[str] = Counter()
     kinds: dict[str, str] = {}
+    serves: dict[str, set[str]] = defaultdict(set)
     deep = [p for p in items if value_pages.get(p.example.record_id)]
     if len(deep) < 2:
         return [], []
+    max_depth = max(f.depth for p in deep for f in p.pages)
+    leads: dict[str, dict[str, set[str]]] = {}  # record -> URL on the way to values -> fields
+    hops: dict[str, list[tuple[PageFacts, PageFacts]]] = {}
+    for prepared in deep:
+        record = prepared.example.record_id
+        by_url = {f.source.url: f for f in prepared.pages}
+        leads[record] = defaultdict(set)
+        hops[record] = []
+        for url, fields in value_pages[record].items():
+            if url not in by_url:
+                continue
+            for parent, child in _path_to(prepared, by_url[url], by_url):
+                leads[record][child.source.url] |= fields
+                hops[record].append((parent, child))
     order = list(deep)
     rng.shuffle(order)
     n_held = max(1, round(len(order) * 0.4))
     held, train = order[:n_held], order[n_held:][:MAX_TRAIN]
     for prepared in train:
+        record = prepared.example.record_id
         here: set[str] = set()
-        targets = value_pages[prepared.example.record_id]
-        by_url = {f.source.url: f for f in prepared.pages}
-        for facts in prepared.pages:
-            if facts.source.url not in targets:
-                continue
-            # the chain of pages from the record's first page down to this one
-            chain = _path_to(prepared, facts, by_url)
-            for parent, child in chain:
-                for expression, kind in _link_candidates(parent, child.source.url):
-                    kinds.setdefault(expression, kind)
-                    here.add(expression)
+        for parent, child in hops[record]:
+            for expression, kind in _link_candidates(parent, child.source.url):
+                kinds.setdefault(expression, kind)
+                serves[expression] |= leads[record][child.source.url]
+                here.add(expression)
         support.update(here)
     reports: list[dict[str, Any]] = []
     parsers: list[dict[str, Any]] = []
     covered: set[str] = set()
-    ranked = sorted(support, key=lambda e: (-support[e], len(e)))
-    for expression in ranked[:MAX_CANDIDATES]:
+    # the best supported links of each set of fields first (the about page's link should not
+    # crowd out the team page's)
+    by_fields: dict[frozenset[str], list[str]] = defaultdict(list)
+    for expression in sorted(support, key=lambda e: (-support[e], len(e))):
+        by_fields[frozenset(serves[expression])].append(expression)
+    ranked = [
+        e
+        for rank in range(max(len(v) for v in by_fields.values()))
+        for v in by_fields.values()
+        if rank < len(v)
+        for e in v[rank : rank + 1]
+    ]
+    for expression in ranked[: MAX_CANDIDATES * 2]:
         if support[expression] < 2 and len(train) >= 4:
             continue
         try:
@@ -530,12 +578,18 @@ def _learn_links(
             )
         except MappingError:
             continue
-        useful = yielded = fetched = 0
+        useful = yielded = fetched = pages_linking = relevant = 0
         reached: set[str] = set()
         for prepared in held:
-            targets = value_pages[prepared.example.record_id]
+            record = prepared.example.record_id
+            targets = {u for u, f in leads[record].items() if f & serves[expression]}
+            if not targets:
+                continue  # no known value of the fields this link leads to
+            relevant += 1
             got: set[str] = set()
             for facts in prepared.pages:
+                if facts.depth >= max_depth:
+                    continue  # links of the deepest pages are never followed
                 result = run_mapping(
                     mapping,
                     facts.page,
@@ -544,10 +598,13 @@ def _learn_links(
                     with_links=True,
                     only_fields=(),
                 )
-                got.update(u.split("#")[0] for u in result.links)
+                links = {u.split("#")[0] for u in result.links}
+                if links:
+                    pages_linking += 1
+                    fetched += len(links)
+                got |= links
             if got:
                 yielded += 1
-                fetched += len(got)
                 hit = got & targets
                 if hit:
                     useful += 1
@@ -556,16 +613,17 @@ def _learn_links(
         entry = {
             "rule": expression,
             "kind": kinds[expression],
-            "held_out": len(held),
+            "fields": sorted(serves[expression]),
+            "held_out": relevant,
             "yielded": yielded,
             "precision": round(precision, 4),
-            "recall": round(useful / len(held), 4) if held else 0.0,
-            "links_per_page": round(fetched / yielded, 2) if yielded else 0.0,
+            "recall": round(useful / relevant, 4) if relevant else 0.0,
+            "links_per_page": round(fetched / pages_linking, 2) if pages_linking else 0.0,
         }
         keep = (
             yielded
-            and precision >= min_precision
-            and fetched / yielded <= 3
+            and precision >= min(min_precision, LINK_MIN_PRECISION)
+            and fetched / pages_linking <= 3
             and not reached <= covered
         )
         entry["kept"] = bool(keep)
@@ -578,7 +636,7 @@ def _learn_links(
                     "processors": [{"type": "xpath", "parameters": {"expression": expression}}],
                 }
             )
-        if len(parsers) >= 4:
+        if len(parsers) >= 8:
             break
     return parsers, reports
 
@@ -623,20 +681,24 @@ def learn(
     groups: dict[tuple[str, str], list[Prepared]] = defaultdict(list)
     for item in prepared:
         groups[_template_key(item)].append(item)
-    tail: list[Prepared] = []
+    hosts_grouped = Counter(host for host, _prefix in groups)
+    pooled: list[Prepared] = []
     per_host: Counter[str] = Counter()
     plans: list[tuple[str, list[Prepared], bool, list[dict[str, Any]], int]] = []
     for (host, prefix), items in sorted(groups.items()):
         if len(items) >= MIN_TEMPLATE_EXAMPLES:
-            name = f"{name_prefix}_{_slug(host)}" + (f"_{_slug(prefix)}" if prefix != "/" else "")
-            plans.append((name, items, False, [_url_pattern(host, prefix)], TEMPLATE_PRIORITY))
-        else:
-            for item in items:
-                if per_host[item.host] < PER_HOST_GENERIC:
-                    per_host[item.host] += 1
-                    tail.append(item)
-    if tail:
-        plans.append((f"{name_prefix}_generic", tail, True, [GENERIC_PATTERN], GENERIC_PRIORITY))
+            # the path prefix only keeps apart the sites of a host that holds several
+            own = prefix if hosts_grouped[host] > 1 else "/"
+            name = f"{name_prefix}_{_slug(host)}" + (f"_{_slug(own)}" if own != "/" else "")
+            plans.append((name, items, False, [_url_pattern(host, own)], TEMPLATE_PRIORITY))
+    # the generic mapping runs on every page, the templates' too: it learns from, and is judged
+    # on, a few examples of every host (those with the most pages first: they show most)
+    for item in sorted(prepared, key=lambda p: (-len(p.pages), p.example.record_id)):
+        if per_host[item.host] < PER_HOST_GENERIC:
+            per_host[item.host] += 1
+            pooled.append(item)
+    if len(per_host) >= 2:
+        plans.append((f"{name_prefix}_generic", pooled, True, [GENERIC_PATTERN], GENERIC_PRIORITY))
     compiled = _Compiled()
     mappings: list[dict[str, Any]] = []
     report_fields: dict[str, dict[str, Any]] = {
@@ -648,16 +710,11 @@ def learn(
         page_count = Counter(f.source.url for p in items for f in p.pages)
         shared_pages = {url for url, n in page_count.items() if n > 1}
         levels: list[dict[str, Judged]] = [{} for _ in range(MAX_FALLBACKS + 1)]
-        value_pages: dict[str, set[str]] = defaultdict(set)
+        value_pages: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for fname, ftype in field_types.items():
             usable = [p for p in items if not _covered_by_existing(existing, p, fname)]
             entry = report_fields[fname]
-            entry["covered_by_given_mappings"] += len(_field_examples(items, fname)) - len(
-                _field_examples(usable, fname)
-            )
             n_with = len(_field_examples(usable, fname))
-            entry["examples"] += n_with
-            entry["pages"] += sum(len(p.pages) for p in _field_examples(usable, fname))
             if n_with == 0:
                 continue
             outcome = _learn_field(
@@ -694,7 +751,7 @@ def learn(
                     value, url = _predict(mapping, item, fname, ftype)
                     depth = next((f.depth for f in item.pages if f.source.url == url), 0)
                     if depth and same_value(value, item.values[fname], ftype):
-                        value_pages[item.example.record_id].add(url)
+                        value_pages[item.example.record_id][url].add(fname)
         url_parsers, link_report = _learn_links(items, value_pages, rng, min_precision)
         for level, learned_fields in enumerate(levels):
             if not learned_fields:
@@ -716,13 +773,26 @@ def learn(
     for fname, entry in report_fields.items():
         if fname.startswith("_"):
             continue
+        with_value = _field_examples(prepared, fname)
+        entry["examples"] = len(with_value)
+        entry["pages"] = sum(len(p.pages) for p in with_value)
+        entry["covered_by_given_mappings"] = sum(
+            1 for p in with_value if _covered_by_existing(existing, p, fname)
+        )
+        entry["examples"] -= entry["covered_by_given_mappings"]
         if entry["examples"] == 0 and entry["covered_by_given_mappings"]:
             entry["why_nothing"] = "covered by the given mappings"
         elif entry["examples"] == 0:
             entry["why_nothing"] = "no example record has a known value for this field"
         elif not any(m.get("kept") for m in entry["mappings"].values()):
             whys = sorted({m.get("why_nothing", "") for m in entry["mappings"].values()} - {""})
-            entry["why_nothing"] = "; ".join(whys) or "covered by the given mappings"
+            if not entry["mappings"]:
+                whys = [
+                    f"{entry['examples']} example(s): too few for a site template (at least "
+                    f"{MIN_TEMPLATE_EXAMPLES} records of one site) and for the generic mapping "
+                    "(records of at least 2 hosts)"
+                ]
+            entry["why_nothing"] = "; ".join(whys)
     pages_total = sum(len(p.pages) for p in prepared)
     cpu = time.process_time() - started
     report = {

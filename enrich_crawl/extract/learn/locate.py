@@ -110,13 +110,24 @@ class PageFacts:
             content_type=example_page.content_type,
             status=example_page.status,
         )
-        self.tree = self.page.tree if self.page.kind in ("html", "xml") else None
         self._jsonld: list[Any] | None = None
+        self._plain: str | None = None
         self._links: dict[str, list[Any]] | None = None
 
     @property
     def depth(self) -> int:
         return self.source.depth
+
+    @property
+    def tree(self) -> Any:
+        """The parsed page (parsed on first use: most pages of a probe are never looked into)."""
+        return self.page.tree if self.page.kind in ("html", "xml") else None
+
+    def plain_text(self) -> str:
+        """The page's markup with whitespace collapsed (what a value is looked for in first)."""
+        if self._plain is None:
+            self._plain = clean_text(self.page.text)
+        return self._plain
 
     def jsonld(self) -> list[Any]:
         if self._jsonld is None:
@@ -181,12 +192,10 @@ def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> li
         return []
     hits: list[Hit] = []
     seen: set[tuple[Any, str | None]] = set()
-    page_text = None
+    page_text = facts.plain_text()
     for needle in needles:
         if not needle:
             continue
-        if page_text is None:
-            page_text = clean_text(facts.page.text)
         if needle not in page_text and needle.replace("&", "&amp;") not in page_text:
             continue  # not in the markup at all: no element or attribute holds it
         exact = _deepest(_EXACT(tree, v=needle))
@@ -207,6 +216,8 @@ def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> li
         if len(exact) < 8:  # a part of a longer text, even where a whole text holds it too
             for element in _deepest(_PART(tree, v=needle))[:12]:
                 text = clean_text(element.xpath("normalize-space(.)"))
+                if not word_in(needle, text):
+                    continue  # "12" in "R000812" is no twelve
                 if len(text) <= MAX_PART_TEXT and (element, None) not in seen:
                     seen.add((element, None))
                     hits.append(Hit(element, None, text, needle))
@@ -216,9 +227,33 @@ def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> li
             text = clean_text(str(attr))
             if name in _NOISY_ATTRS or len(text) > MAX_PART_TEXT or (owner, name) in seen:
                 continue
+            if not word_in(needle, text):
+                continue
             seen.add((owner, name))
             hits.append(Hit(owner, name, text, needle))
     return hits
+
+
+def word_in(needle: str, text: str) -> bool:
+    """Is `needle` in `text` as a whole (not glued to letters or digits around it)?"""
+    start = 0
+    while True:
+        index = text.find(needle, start)
+        if index < 0:
+            return False
+        before = text[index - 1] if index else " "
+        after = text[index + len(needle)] if index + len(needle) < len(text) else " "
+        if not (needle[:1].isalnum() and before.isalnum()) and not (
+            needle[-1:].isalnum() and after.isalnum()
+        ):
+            return True
+        start = index + 1
+
+
+def value_on_page(facts: PageFacts, needles: list[str]) -> bool:
+    """Does the page's text hold one of the renderings of a value (cheap: no parse)?"""
+    text = facts.plain_text()
+    return any(n and n in text and word_in(n, text) for n in needles)
 
 
 def jsonld_paths(
@@ -457,6 +492,24 @@ def element_selectors(
         yield f"/{_tag(root)}/{rel}", "positional"
 
 
+def page_types(facts: PageFacts, avoid: tuple[str, ...]) -> list[str]:
+    """Conditions naming the kind of page, from what `<body>` says of it (`data-page="about"`,
+    `class="page-about"`, WordPress's `single-post`...): `/html[body[...]]`."""
+    bodies = facts.tree.xpath("/html/body") if facts.tree is not None else []
+    if not bodies:
+        return []
+    body = bodies[0]
+    out = []
+    for name, value in body.attrib.items():
+        plain = "'" not in value and not any(ch.isdigit() for ch in value)
+        if name.startswith("data-") and 0 < len(value) <= 30 and plain and _stable(value, avoid):
+            out.append(f"/html[body[@{name}={xq(value)}]]")
+    for name in _classes(body, avoid):
+        if not any(ch.isdigit() for ch in name):
+            out.append(f"/html[body[{has_class(name)}]]")
+    return out[:3]
+
+
 def value_steps(ftype: str) -> list[dict[str, Any]]:
     """The processors that turn the selected text into the field's type."""
     if ftype in ("integer", "number"):
@@ -584,6 +637,7 @@ def candidates_for(
         if made.processors not in out:
             out[made.processors] = made
 
+    conditions = page_types(facts, avoid)
     for hit in find_hits(facts, needles):
         exact = hit.exact or (ftype == "date" and date_in(hit.text, str(known)))
         for expression, kind in element_selectors(facts, hit.element, hit.needle, avoid, scopes):
@@ -591,11 +645,16 @@ def candidates_for(
                 if kind == "meta" and hit.attribute != "content":
                     continue
                 expression = f"{expression}/@{hit.attribute}"
-            if exact:
-                add([xp(expression), *tail], kind)
-            else:
-                for steps in part_steps(hit.text, hit.needle, ftype):
-                    add([xp(expression), *steps], kind)
+            variants = [expression]
+            if expression.startswith("//") and kind not in ("record", "positional"):
+                # the same rule on this kind of page only (a site's home page, its about page)
+                variants += [condition + expression for condition in conditions]
+            for variant in variants:
+                if exact:
+                    add([xp(variant), *tail], kind)
+                else:
+                    for steps in part_steps(hit.text, hit.needle, ftype):
+                        add([xp(variant), *steps], kind)
     for path, whole in jsonld_paths(facts, needles, str(known) if ftype == "date" else None):
         head = [xp(JSONLD_SELECTOR), {"type": "jsonpath", "parameters": {"expression": path}}]
         if whole:
