@@ -231,3 +231,17 @@ def test_only_fields_the_own_pages_do_not_teach_send_learning_deeper():
         }
     }
     assert fields_wanting_depth(report) == {"city", "phone"}
+
+
+def test_spec_key_learn_and_the_run_override(tmp_path):
+    from enrich_crawl.defs.resources import DatasetResource
+
+    built = build_learn_web(tmp_path / "on", hosts=1, records_per_host=2, learn=True)
+    assert load_spec(built.spec_path).learn is True
+    assert load_spec(built.spec_path).to_dict()["learn"] is True
+    plain = build_learn_web(tmp_path / "off", hosts=1, records_per_host=2)
+    assert load_spec(plain.spec_path).learn is False
+    # `enrich-crawl run --learn` sets the resource's `learn` for one run
+    assert DatasetResource(spec=str(plain.spec_path), learn=True).load().learn is True
+    assert DatasetResource(spec=str(built.spec_path), learn=False).load().learn is False
+    assert DatasetResource(spec=str(built.spec_path)).load().learn is True
