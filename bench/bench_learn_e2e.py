@@ -138,9 +138,19 @@ def _window(entries: list[dict], run: dict) -> list[dict]:
 
 
 def _politeness(entries: list[dict], web_root: Path, delay: float) -> dict[str, Any]:
+    """bench.e2e.measure.request_stats with each host's robots.txt as the crawler got it: a
+    host whose robots.txt only ever answered 5xx (or nothing) gave no rules and no
+    Crawl-delay (the default delay applies), whatever file its folder holds."""
     from bench.e2e.measure import HostRules, request_stats
 
+    answers: dict[str, list[int]] = {}
+    for e in entries:
+        if e.get("path") == "/robots.txt":
+            answers.setdefault(e.get("host", ""), []).append(int(e.get("status") or 0))
     hosts = {p.name: {"robots": "ok"} for p in web_root.iterdir() if p.is_dir()}
+    for host, statuses in answers.items():
+        if all(status == 0 or status >= 500 for status in statuses):
+            hosts[host] = {"robots": "error"}
     return request_stats(entries, HostRules(web_root, hosts), default_delay=delay)
 
 
@@ -199,7 +209,11 @@ def bench_corpus(name: str, args: argparse.Namespace, mongo: Any, work: Path) ->
             root / "learn.log",
             args.timeout,
         )
-        result["learn"] = {"rc": learn["rc"], "seconds": round(learn["t1"] - learn["t0"], 1)}
+        result["learn"] = {
+            "rc": learn["rc"],
+            "seconds": round(learn["t1"] - learn["t0"], 1),
+            "window": [learn["t0"], learn["t1"]],
+        }
         if learn["rc"] != 0:
             result["error"] = f"mapping learn exited {learn['rc']} (see {learn['log']})"
             return result
@@ -221,7 +235,11 @@ def bench_corpus(name: str, args: argparse.Namespace, mongo: Any, work: Path) ->
             root / "run.log",
             args.timeout,
         )
-        result["run"] = {"rc": run["rc"], "seconds": round(run["t1"] - run["t0"], 1)}
+        result["run"] = {
+            "rc": run["rc"],
+            "seconds": round(run["t1"] - run["t0"], 1),
+            "window": [run["t0"], run["t1"]],
+        }
         hand = None
         if name == "pydocs":
             say(f"{name}: run with the bundled hand-written mappings ...")
