@@ -83,16 +83,14 @@ def sample_for_learning(
     *,
     per_template: int = 40,
     per_domain: int = 120,
-    max_records: int = 10000,
+    max_records: int = 2000,
     yes_no: Iterable[str] = (),
 ) -> list[Sampled]:
     """Records with known values, in file order, taken while one of their known fields has fewer
     than `per_template` examples in the record's site template (template_key of its first URL),
     at most `per_domain` records of one registrable domain and `max_records` in all. The
     `yes_no` (boolean) fields count each answer apart, up to half of `per_template` each: the
-    rare answer (a deprecated module among hundreds) is what teaches where the answer shows.
-    The bounds are generous: most sampled records also miss a field, and the run that follows
-    takes their pages from the crawled-URL store, so learning fetches little the run would not."""
+    rare answer (a deprecated module among hundreds) is what teaches where the answer shows."""
     fields = list(fields)
     yes_no = set(yes_no)
     half = max(1, per_template // 2)
@@ -552,7 +550,7 @@ def learn_dataset(
     given_dir: Path | None = None,
     min_precision: float = 0.95,
     per_template: int = 40,
-    max_records: int = 10000,
+    max_records: int = 2000,
     seed: int = 0,
 ) -> LearnOutcome:
     """Learn mappings for `spec`'s fields from its known values; writes them and the report
