@@ -198,7 +198,7 @@ def write_sample_shard(sample: list[Sampled], path: Path) -> None:
 
 
 PROBES_PER_TEMPLATE = 2  # records per template that follow same-host links (depth >= 1)
-MAX_PROBES = 100
+MAX_PROBES = 50
 PROBE_LINKS = 10  # same-host links followed per page by a probe
 
 
@@ -241,34 +241,19 @@ def _add_pages(
 
 
 def split_probes(sample: list[Sampled]) -> tuple[list[Sampled], list[Sampled]]:
-    """(probes, others): up to PROBES_PER_TEMPLATE records of each template, taken one template
-    after the other in rounds (the long tail of one-record sites gets probes too), at most
+    """(probes, others): the first PROBES_PER_TEMPLATE records of each template, at most
     MAX_PROBES, and the rest."""
-    by_template: dict[Any, list[Sampled]] = defaultdict(list)
+    per_template: Counter[Any] = Counter()
+    probes: list[Sampled] = []
+    others: list[Sampled] = []
     for s in sample:
-        by_template[template_key(s.urls[0])].append(s)
-    chosen: set[str] = set()
-    for round_ in range(PROBES_PER_TEMPLATE):
-        for records in by_template.values():
-            if len(chosen) >= MAX_PROBES:
-                break
-            if round_ < len(records):
-                chosen.add(records[round_].id)
-    probes = [s for s in sample if s.id in chosen]
-    return probes, [s for s in sample if s.id not in chosen]
-
-
-def _on_pages(value: Any, rows: list[dict[str, Any]]) -> bool:
-    """Whether the text of `value` shows in one of the pages (a rough test, to choose which
-    records learning takes deeper: those whose value is not on their own pages)."""
-    needle = " ".join(str(value).split()).casefold()
-    if not needle:
-        return True
-    for row in rows:
-        text = row["body"].decode("utf-8", "replace")
-        if needle in " ".join(text.split()).casefold():
-            return True
-    return False
+        key = template_key(s.urls[0])
+        if per_template[key] < PROBES_PER_TEMPLATE and len(probes) < MAX_PROBES:
+            per_template[key] += 1
+            probes.append(s)
+        else:
+            others.append(s)
+    return probes, others
 
 
 # -- fetching ------------------------------------------------------------------------------------
@@ -612,12 +597,7 @@ def learn_dataset(
     result = learn_on(sample, pages)
     probes: list[Sampled] = []
     deeper = fields_wanting_depth(result.report) if spec.crawl.depth > 0 else set()
-    # the records whose value of such a field is not on their own pages
-    wanting = [
-        s
-        for s in sample
-        if any(not _on_pages(s.known[f], pages.get(s.id, [])) for f in deeper & set(s.known))
-    ]
+    wanting = [s for s in sample if deeper & set(s.known)]
     if wanting:
         # 2. fields that the records' own pages do not give: nobody knows yet which links lead
         # to them, so a few records per template follow their pages' same-host links; a
