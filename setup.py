@@ -16,7 +16,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(exclude=["enrich_crawl_tests*", "bench*"]),
-    include_package_data=True,
+    # Data files are listed here only: with include_package_data, setuptools warns that the data
+    # folders (enrich_crawl/data, enrich_crawl/demo/web) "would be ignored" as packages.
+    include_package_data=False,
     package_data={"enrich_crawl": ["demo/**/*", "demo/*", "data/*"]},
     install_requires=[
         f"dagster=={DAGSTER}",
@@ -36,14 +38,15 @@ setup(
         "regex>=2024.4",
         "tldextract>=5",
         "w3lib>=2.1",
+        "ada-url>=4.0",
         "protego>=0.3",
         "charset-normalizer>=3",
         "psutil>=5.9",
-        # the embedded MongoDB-wire server used when MONGODB_URI is unset (SPEC section 5)
+        # the embedded MongoDB-wire server used when MONGODB_URI is unset
         "nx-27017>=0.8",
     ],
     extras_require={
-        # Redis is the broker of the documented several-machines set-up (README)
+        # Redis is the broker of the documented several-machines set-up (docs/operations.md)
         "celery": [f"dagster-celery=={DAGSTER_LIBS}", "redis>=5"],
         "dev": [
             "pytest>=8",

@@ -12,8 +12,8 @@ figure, the median over rounds is reported with min-max):
 
 - `lxml`: hand-written plain lxml: one parse per page (`lxml.html.document_fromstring` with an
   HTMLParser), the mapping's XPath expressions compiled once with `lxml.etree.XPath`, and the same
-  post-processing in plain Python (`re`, `urljoin`, w3lib canonical URLs). Its output is checked to
-  be identical to the engine's on every page, so both do the same work.
+  post-processing in plain Python (`re`, links resolved as the product resolves them). Its output
+  is checked to be identical to the engine's on every page, so both do the same work.
 - `engine`: `Page(url, body)` (decoding by the HTML rules, parse) + `run_mapping` per matching
   mapping, as the crawl does.
 - `engine_x3`: three mappings matching each page (copies of the mapping under other names): the
@@ -33,7 +33,6 @@ import statistics
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import lxml.etree
 import lxml.html
@@ -42,7 +41,7 @@ from enrich_crawl.extract import page as page_module
 from enrich_crawl.extract.mapping import MappingSet, compile_mapping, run_mapping
 from enrich_crawl.extract.page import Page
 from enrich_crawl.testing.pydocs import BASE_URL, ensure_corpus, read_inventory
-from enrich_crawl.urls import normalise_url
+from enrich_crawl.urls import join_url, resolve_link
 from enrich_crawl.values import clean_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,10 +128,10 @@ class PlainLxml:
                     out["added_in"] = match.group(1)
                     break
         base = self.base(root)
-        base_url = urljoin(url, base[0].strip()) if base else url
+        base_url = (join_url(url, base[0]) or url) if base else url
         links = []
         for href in self.modindex(root):
-            link, _ = normalise_url(urljoin(base_url, href.strip()))
+            link, _ = resolve_link(base_url, href)
             if link and link not in links:
                 links.append(link)
         return out, links

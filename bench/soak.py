@@ -2,7 +2,7 @@
 
     python -m bench.soak --runs 20 --seed 1 [--hosts-per-shard 2] [--records-per-host 6]
 
-Not part of CI: a documented command (README "Reliability"). One MongoDB-wire server (nx-27017,
+Not part of CI: a documented command (docs/reliability.md). One MongoDB-wire server (nx-27017,
 data on disk so that it can be restarted), one local Dagster instance, one generated dataset whose
 virtual web (enrich_crawl.testing.politeweb) the crawl steps serve. Every run is `enrich-crawl run`
 (enrich_job: seed -> crawl -> resolve -> merge -> checks), as the nightly schedule launches it; the
@@ -17,7 +17,16 @@ Before each run, faults are drawn with a seeded RNG (`--seed`):
 - `host_5xx`, `host_flaky`, `host_slow`, `host_timeout`: one host answers 503 to every record page,
   503 to the first two requests of each page, 1.5 s late, or never (download timeout);
 - `robots_5xx`, `robots_html`: one host's robots.txt answers 503 (disallow for now), or an HTML
-  page (no rules).
+  page (no rules);
+- `run_sigkill`: the whole `enrich-crawl run` (its process group) SIGKILLed mid-crawl, as an OOM
+  kill or a reboot would; the run fails and the re-run must complete with no manual step (it
+  closes the dead run and frees its pool slots, enrich_crawl/recovery.py);
+- `celery_worker_sigkill`: the run goes to two Celery workers (`enrich-crawl worker`, Redis,
+  a PostgreSQL instance, all started by the soak the first time) and one worker is SIGKILLed
+  with its whole process tree mid-step: the run must finish on the survivor (a new worker
+  replaces the lost one before the next such run).
+
+`--faults a,b` draws only from those faults.
 
 After each run (and after one fault-free re-run when a run failed): every usable record has exactly
 one document, no record lost a value it had, no history entry is repeated. Peak RSS per run: the
@@ -57,7 +66,13 @@ FAULTS = (
     "host_timeout",
     "robots_5xx",
     "robots_html",
+    "run_sigkill",
+    "celery_worker_sigkill",
 )
+WORKER = [sys.executable, "-m", "enrich_crawl.cli", "worker"]
+WORKER_ARGS = ["--concurrency=1", "--without-gossip", "--without-mingle"]
+# faults that replace the run's process or executor: at most one of them per run
+WHOLE_RUN_FAULTS = ("run_sigkill", "celery_worker_sigkill")
 CRAWL_EXTRA = (
     "  download_timeout: 3\n  retries: 1\n  retry_backoff: 0.3\n  retry_backoff_max: 1\n"
     "  recrawl_ttl_hours: 0.0001\n  robots_ttl_hours: 0.0001\n"
@@ -121,6 +136,8 @@ class Soak:
             ENRICH_CRAWL_RETRIES="2",
             ENRICH_CRAWL_RETRY_DELAY="1",
         )
+        self._stack = contextlib.ExitStack()
+        self._fleet: dict[str, Any] | None = None
         # record id -> every value its page has had; values each record had after a run
         self.page_values = {rid: {city} for rid, city in self.built.expected.items()}
         self.had_value: set[str] = set()
@@ -142,8 +159,131 @@ class Soak:
             path.write_text("User-agent: *\nCrawl-delay: 0.2\nDisallow: /private/\n", "utf-8")
 
     def draw_faults(self) -> list[str]:
-        count = self.rng.choice((1, 1, 2, 3))
-        return sorted(self.rng.sample(FAULTS, count))
+        choices = self.args.faults or FAULTS
+        count = min(self.rng.choice((1, 1, 2, 3)), len(choices))
+        faults = self.rng.sample(choices, count)
+        whole = [f for f in faults if f in WHOLE_RUN_FAULTS]
+        return sorted(f for f in faults if f not in whole[1:])
+
+    # -- the Celery fleet (started the first time a run needs it)
+
+    def fleet(self) -> dict[str, Any]:
+        if self._fleet is not None:
+            return self._fleet
+        import shutil
+
+        import yaml
+
+        from enrich_crawl.testing.services import ephemeral_postgres, ephemeral_redis
+
+        redis = self._stack.enter_context(ephemeral_redis())
+        postgres = self._stack.enter_context(ephemeral_postgres())
+        home = self.base / "celery_home"
+        home.mkdir()
+        shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+        config = self.base / "celery.yaml"
+        config.write_text(
+            yaml.safe_dump({"execution": {"config": {"broker": redis.url, "backend": redis.url}}})
+        )
+        env = {
+            **self.env,
+            **postgres.env,
+            "DAGSTER_HOME": str(home),
+            "ENRICH_EXECUTOR": "celery",
+            "ENRICH_DATASET": str(self.built.spec),
+            "ENRICH_MAPPINGS": str(self.built.mappings),
+            "ENRICH_WORKER_LOST_SECONDS": "20",
+            "ENRICH_WORKER_PING_SECONDS": "5",
+        }
+        # the instance's tables once, before two workers race to create them
+        subprocess.run(
+            [sys.executable, "-c", "import dagster as dg; dg.DagsterInstance.get().get_runs()"],
+            env=env,
+            check=True,
+            timeout=120,
+        )
+        self._fleet = {"env": env, "config": config, "workers": {}, "started": 0}
+        return self._fleet
+
+    def ensure_workers(self) -> None:
+        fleet = self.fleet()
+        for name in list(fleet["workers"]):
+            if fleet["workers"][name].poll() is not None:
+                del fleet["workers"][name]
+        while len(fleet["workers"]) < 2:
+            fleet["started"] += 1
+            name = f"soak-{fleet['started']}"
+            log = self.base / f"{name}.log"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    [*WORKER, "-y", str(fleet["config"]), "-n", name, "--", *WORKER_ARGS],
+                    env=fleet["env"],
+                    cwd=self.base,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            deadline = time.monotonic() + 180
+            while " ready." not in log.read_text(errors="replace"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"celery worker {name} did not start: {log}")
+                time.sleep(0.5)
+            fleet["workers"][name] = process
+
+    def stop_workers(self) -> None:
+        if self._fleet is None:
+            return
+        for process in self._fleet["workers"].values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)  # warm shutdown
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=60)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def _first_crawl(self, done: threading.Event, parents: set[int] | None = None):
+        """A crawl process of this dataset that has fetched a few pages (under `parents`)."""
+        from enrich_crawl.testing.processes import crawl_workers
+
+        deadline = time.monotonic() + 240
+        while not done.is_set() and time.monotonic() < deadline:
+            for worker in crawl_workers():
+                if worker.dataset != self.name:
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    if parents is not None and worker.process.ppid() not in parents:
+                        continue
+                requests = self.work / self.name / "crawl" / str(worker.partition)
+                requests = requests / "web-requests.jsonl"
+                if (
+                    requests.exists()
+                    and requests.read_text("utf-8", "replace").count('"/rec-') >= 2
+                ):
+                    return worker
+            time.sleep(0.2)
+        return None
+
+    def _run_killer(self, cli: subprocess.Popen, done: threading.Event, log: list[str]) -> None:
+        crawl = self._first_crawl(done)
+        if crawl is None:
+            log.append("run_sigkill: no crawl to kill")
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cli.pid, signal.SIGKILL)
+        log.append(f"run_sigkill while {crawl.partition} crawled")
+
+    def _celery_killer(self, done: threading.Event, log: list[str]) -> None:
+        workers = dict(self.fleet()["workers"])
+        name = self.rng.choice(sorted(workers))
+        with contextlib.suppress(psutil.Error):
+            tree = {p.pid for p in psutil.Process(workers[name].pid).children(recursive=True)}
+            crawl = self._first_crawl(done, tree | {workers[name].pid})
+            if crawl is None:
+                log.append(f"celery_worker_sigkill {name}: no crawl to kill")
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(workers[name].pid, signal.SIGKILL)
+            log.append(f"celery_worker_sigkill {name} while it crawled {crawl.partition}")
 
     def prepare(self, faults: list[str]) -> dict[str, str]:
         """Set the web's faults for this run; returns {fault: host} for host faults."""
@@ -224,18 +364,18 @@ class Soak:
     def run_once(self, faults: list[str]) -> dict[str, Any]:
         for path in (self.work / self.name / "crawl").glob("*/web-requests.jsonl"):
             path.unlink()
+        command = [sys.executable, "-m", "enrich_crawl.cli", "run", "--dataset"]
+        command += [str(self.built.spec), "--mappings", str(self.built.mappings)]
+        env = self.env
+        if "celery_worker_sigkill" in faults:
+            self.ensure_workers()
+            command = [sys.executable, "-m", "dagster", "job", "execute", "-m"]
+            command += ["enrich_crawl.definitions", "-j", "enrich_job"]
+            command += ["-c", str(self.fleet()["config"])]
+            env = self.fleet()["env"]
         cli = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "enrich_crawl.cli",
-                "run",
-                "--dataset",
-                str(self.built.spec),
-                "--mappings",
-                str(self.built.mappings),
-            ],
-            env=self.env,
+            command,
+            env=env,
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -249,6 +389,10 @@ class Soak:
             helpers.append(threading.Thread(target=self._killer, args=(cli, done, notes)))
         if "mongo_restart_mid" in faults:
             helpers.append(threading.Thread(target=self._mongo_blip, args=(done, notes)))
+        if "run_sigkill" in faults:
+            helpers.append(threading.Thread(target=self._run_killer, args=(cli, done, notes)))
+        if "celery_worker_sigkill" in faults:
+            helpers.append(threading.Thread(target=self._celery_killer, args=(done, notes)))
         for helper in helpers:
             helper.start()
         root = psutil.Process(cli.pid)
@@ -336,7 +480,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records-per-host", type=int, default=6)
     parser.add_argument("--run-timeout", type=float, default=600.0, help="a run over this hangs")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--faults",
+        type=lambda text: [f for f in text.split(",") if f],
+        default=None,
+        help=f"draw only from these faults (comma-separated): {','.join(FAULTS)}",
+    )
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.faults or ()) - set(FAULTS))
+    if unknown:
+        parser.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
 
     from enrich_crawl.testing.services import ephemeral_mongo
 
@@ -353,43 +506,56 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tmp)
         with ephemeral_mongo(data_dir=base / "mongo") as mongo:
             soak = Soak(args, base, mongo)
-            report["dataset"] = {
-                "records": soak.built.records,
-                "shards": args.shards,
-                "hosts": len(soak.hosts),
-            }
-            for number in range(1, args.runs + 1):
-                faults = soak.draw_faults()
-                where = soak.prepare(faults)
-                result = soak.run_once(faults)
-                recovery = None
-                if not result["ok"]:
-                    # what an operator (or the next night) does: run again, without new faults
-                    for host in soak.hosts:
-                        soak._host_config(host, None)
-                        soak._robots(host, html=False)
-                    recovery = soak.run_once([])
-                checked = soak.check()
-                entry = {
-                    "run": number,
-                    "faults": faults,
-                    "fault_hosts": where,
-                    **result,
-                    "recovery_run": recovery,
-                    **checked,
-                }
-                report["runs"].append(entry)
-                print(
-                    f"run {number:2d} {'ok ' if result['ok'] else 'FAILED'} "
-                    f"{result['seconds']:6.1f}s faults={','.join(faults)} "
-                    f"{'recovered ' + str(recovery['ok']) + ' ' if recovery else ''}"
-                    f"docs={checked['documents']} lost={checked['records_lost']} "
-                    f"dups={checked['duplicates']} resolved={checked['resolved']} "
-                    f"rss tree={result['peak_rss_mb_run_tree']}MB "
-                    f"crawl={result['peak_rss_mb_crawl_process']}MB",
-                    flush=True,
-                )
-                out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+            try:
+                soak_runs(soak, args, report, out)
+            finally:
+                soak.stop_workers()
+                soak._stack.close()
+    return summarize(report, out)
+
+
+def soak_runs(soak: Soak, args: argparse.Namespace, report: dict[str, Any], out: Path) -> None:
+    report["dataset"] = {
+        "records": soak.built.records,
+        "shards": args.shards,
+        "hosts": len(soak.hosts),
+    }
+    for number in range(1, args.runs + 1):
+        faults = soak.draw_faults()
+        where = soak.prepare(faults)
+        result = soak.run_once(faults)
+        recovery = None
+        if not result["ok"]:
+            # what an operator (or the next night) does: run again, without new faults
+            for host in soak.hosts:
+                soak._host_config(host, None)
+                soak._robots(host, html=False)
+            recovery = soak.run_once([])
+        checked = soak.check()
+        entry = {
+            "run": number,
+            "faults": faults,
+            "fault_hosts": where,
+            **result,
+            "recovery_run": recovery,
+            **checked,
+        }
+        report["runs"].append(entry)
+        print(
+            f"run {number:2d} {'ok ' if result['ok'] else 'FAILED'} "
+            f"{result['seconds']:6.1f}s faults={','.join(faults)} "
+            f"{'recovered ' + str(recovery['ok']) + ' ' if recovery else ''}"
+            f"docs={checked['documents']} lost={checked['records_lost']} "
+            f"dups={checked['duplicates']} resolved={checked['resolved']} "
+            f"rss tree={result['peak_rss_mb_run_tree']}MB "
+            f"crawl={result['peak_rss_mb_crawl_process']}MB"
+            + (f" ({'; '.join(result['notes'])})" if result["notes"] else ""),
+            flush=True,
+        )
+        out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+
+
+def summarize(report: dict[str, Any], out: Path) -> int:
     runs = report["runs"]
     injected: dict[str, int] = {}
     for entry in runs:
@@ -413,12 +579,33 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mb_run_tree_first_last": [tree[0], tree[-1]] if tree else [],
         "seconds_per_run_median": sorted(r["seconds"] for r in runs)[len(runs) // 2] if runs else 0,
     }
+    summary = report["summary"]
+    killed = [
+        note
+        for r in runs
+        for note in r["notes"]
+        if note.startswith(("run_sigkill while", "celery_worker_sigkill soak-"))
+    ]
+    report["checks"] = {
+        name: {"value": value, "target": 0, "ok": value == 0}
+        for name, value in (
+            ("records_lost", summary["records_lost"]),
+            ("duplicates", summary["duplicates"]),
+            ("wrong_values", summary["wrong_values"]),
+            ("recoveries_failed", summary["recoveries_failed"]),
+        )
+    }
+    # the whole-run faults really happened (a draw whose run ended first proves nothing)
+    report["checks"]["whole_run_faults_injected"] = {
+        "value": len(killed),
+        "target": "= runs drawn with run_sigkill or celery_worker_sigkill",
+        "ok": len(killed) == sum(1 for r in runs if set(r["faults"]) & set(WHOLE_RUN_FAULTS)),
+    }
     report["finished"] = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(json.dumps(report["summary"], indent=2))
+    print(json.dumps({"summary": summary, "checks": report["checks"]}, indent=2))
     print(f"report: {out}")
-    ok = report["summary"]["records_lost"] == 0 and report["summary"]["duplicates"] == 0
-    return 0 if ok else 1
+    return 0 if all(check["ok"] for check in report["checks"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The `enrich-crawl` console script (SPEC section 4).
+"""The `enrich-crawl` console script (README.md, docs/mappings.md, docs/results.md).
 
 enrich-crawl demo                                   the main job on the bundled demo
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
@@ -9,6 +9,7 @@ enrich-crawl mapping evaluate --dataset SPEC.yaml [--mappings DIR] [--sample N]
 enrich-crawl mapping test MAPPING --url URL | --file PAGE --base-url URL [--fragment F]
 enrich-crawl mongo status|stop                      the embedded MongoDB of this instance
 enrich-crawl export --dataset SPEC.yaml [--out FILE] [--format F] [--lineage] [--status S ...]
+enrich-crawl worker -y celery.yaml [-n NAME] [-- CELERY ARGS]   a Celery worker (exec'd)
 """
 
 from __future__ import annotations
@@ -85,9 +86,13 @@ def _run(
         results = f"MongoDB not reachable: {exc}"
     print_summary(outcome, sys.stdout, status=status, results=results)
     if demo and outcome.success:
+        from enrich_crawl.console import command
+
         sys.stdout.write(
-            "  try              enrich-crawl mapping test mappings/demo_directory.json --url "
-            "http://directory.example/orgs.html#org-ORG-012 (needs the demo web: see README)\n"
+            f"  try              {command('enrich-crawl')} mapping test "
+            "mappings/demo_directory.json --url "
+            "http://directory.example/orgs.html#org-ORG-012 "
+            "(needs the demo web: see enrich_crawl/demo/README.md)\n"
         )
     return 0 if outcome.success else 1
 
@@ -350,8 +355,34 @@ def _guess_content_type(path: Path) -> str:
     return "text/html"
 
 
+def _not_on_page_hints(page, fragment: str, record_id: str) -> list[str]:
+    """Why a page may have given no field: the fragment names no element of the page (the usual
+    cause when mappings select `//*[@id=$fragment]`), or the record id is nowhere in its text."""
+    import difflib
+
+    hints = []
+    tree = page.tree
+    if fragment and tree is not None and page.kind == "html":
+        ids = [str(v) for v in tree.xpath("//@id | //a/@name")]
+        if fragment not in ids:
+            near = difflib.get_close_matches(fragment, ids, n=5, cutoff=0.6)
+            if not near:
+                lowered = fragment.lower()
+                near = [i for i in ids if lowered in i.lower() or i.lower() in lowered][:5]
+            if near:
+                listed = f"ids nearby: {', '.join(near)}"
+            elif ids:
+                listed = f"{len(ids)} ids on the page, e.g. {', '.join(ids[:5])}"
+            else:
+                listed = "the page has no id at all"
+            hints.append(f"no element of the page has the id {fragment!r} ($fragment); {listed}")
+    if record_id and record_id not in page.text:
+        hints.append(f"the record id {record_id!r} ($id) does not occur in the page's text")
+    return hints
+
+
 def cmd_mapping_test(args: argparse.Namespace) -> int:
-    """Run mappings on one page and print {"mappings", "fields", "links"} (SPEC section 4)."""
+    """Run mappings on one page and print {"mappings", "fields", "links"}."""
     from enrich_crawl.extract.mapping import MappingLoadError, MappingSet, try_mappings
     from enrich_crawl.extract.page import Page
     from enrich_crawl.urls import fragment_of, without_fragment
@@ -410,6 +441,9 @@ def cmd_mapping_test(args: argparse.Namespace) -> int:
     )
     for error in errors:
         sys.stderr.write(f"error: {error}\n")
+    if output["mappings"] and not output["fields"]:
+        for hint in _not_on_page_hints(page, fragment, args.id or ""):
+            sys.stderr.write(f"note: {hint}\n")
     if not output["mappings"]:
         match_url = final + (f"#{fragment}" if fragment else "")
         sys.stderr.write(
@@ -603,7 +637,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--db", help="database (default: MONGODB_DB or enrich_crawl)")
     export.set_defaults(func=cmd_export)
+
+    worker = sub.add_parser(
+        "worker",
+        help="become a Celery worker for enrich_job's steps (ENRICH_EXECUTOR=celery); SIGTERM to "
+        "it is a warm shutdown",
+    )
+    worker.add_argument("-y", "--config-yaml", help="YAML with the executor's execution.config")
+    worker.add_argument("-n", "--name", help="worker name (default: enrich-<host>-<pid>)")
+    worker.add_argument("-q", "--queue", action="append", default=[], help="queue (repeatable)")
+    worker.add_argument("-l", "--loglevel", default="INFO")
+    worker.add_argument("celery_args", nargs="*", help="after --: passed to `celery worker`")
+    worker.set_defaults(func=cmd_worker)
     return parser
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from enrich_crawl.celery_worker import WorkerConfigError, exec_worker
+
+    try:
+        exec_worker(
+            Path(args.config_yaml) if args.config_yaml else None,
+            args.name,
+            args.queue,
+            args.loglevel,
+            args.celery_args,
+        )
+    except WorkerConfigError as exc:
+        _err(str(exc))
+        return 2
+    return 0  # not reached: the process is the worker now
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Every environment variable and crawl default of enrich_crawl, parsed in one place.
 
-SPEC section 5 lists the public variables; the crawl defaults can be overridden per dataset
+docs/configuration.md lists the public variables; the crawl defaults can be overridden per dataset
 (`crawl:` in the dataset spec). Nothing here imports Dagster or Scrapy.
 """
 
@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from enrich_crawl.suggest import did_you_mean
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
@@ -110,9 +112,9 @@ def work_dir() -> Path:
 
 @dataclass(frozen=True)
 class CrawlConfig:
-    """Crawl defaults (SPEC section 5), overridable per dataset with its `crawl:` section.
+    """Crawl defaults (docs/configuration.md), overridable per dataset with its `crawl:` section.
 
-    README "Crawling and politeness" documents every key; enrich_crawl.crawl.settings turns them
+    docs/configuration.md documents every key; enrich_crawl.crawl.settings turns them
     into Scrapy settings.
     """
 
@@ -169,7 +171,10 @@ class CrawlConfig:
         values: dict[str, Any] = {}
         for key, value in overrides.items():
             if key not in known:
-                raise ValueError(f"{where}.{key}: unknown crawl setting (known: {sorted(known)})")
+                raise ValueError(
+                    f"{where}.{key}: unknown crawl setting (known: {', '.join(sorted(known))})"
+                    + did_you_mean(key, known)
+                )
             default = known[key].default
             try:
                 if isinstance(default, bool):

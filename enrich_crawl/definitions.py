@@ -24,7 +24,7 @@ from enrich_crawl.defs.resources import (
     StagingResource,
 )
 from enrich_crawl.defs.schedules import nightly_enrich
-from enrich_crawl.defs.sensors import dataset_specs
+from enrich_crawl.defs.sensors import dataset_specs, dead_runs
 
 
 def _mongo() -> MongoResource:
@@ -39,7 +39,7 @@ defs = dg.Definitions(
     asset_checks=[*CHECKS, *LEARN_CHECKS],
     jobs=[enrich_job, register_datasets_job],
     schedules=[nightly_enrich],
-    sensors=[dataset_specs],
+    sensors=[dataset_specs, dead_runs],
     resources={
         "dataset": DatasetResource(),
         "staging": StagingResource(),

@@ -23,7 +23,7 @@ from enrich_crawl.staging import DatasetStage, read_jsonl
 LOCAL_HOME = ".dagster_home"
 LOCAL_INSTANCE_YAML = """\
 # Local instance created by enrich-crawl (SQLite storage under this folder).
-# For production use the repository's dagster.yaml (PostgreSQL), see README.md.
+# For production use the repository's dagster.yaml (PostgreSQL), see docs/operations.md.
 telemetry:
   enabled: false
 python_logs:
@@ -136,15 +136,23 @@ class RunOutcome:
     failure: str = ""
 
 
+POOL_CHECK_SECONDS = 5.0
+
+
 class Progress:
     """Records and partitions done, pages/s: a bar on a terminal, a log line every 10 s otherwise.
 
     Read from the files the stages write (seed manifest, each crawl's progress/stats file), so it
     works whichever executor runs the steps."""
 
-    def __init__(self, stage: DatasetStage, stream: TextIO):
+    def __init__(self, stage: DatasetStage, stream: TextIO, invocation: str = ""):
         self.stage = stage
         self.stream = stream
+        self.invocation = invocation  # the run's tag: who holds the pool slots it waits for
+        self._instance: Any = None
+        self._run_id = ""
+        self._pool_checked = -POOL_CHECK_SECONDS
+        self._pool_note = ""
         self.tty = stream.isatty()
         self.started = time.monotonic()
         self.started_wall = time.time()
@@ -177,7 +185,36 @@ class Progress:
             state["pages"] += current.get("pages", 0)
             if current is final:
                 state["partitions_done"] += 1
+        if state["partitions_done"] < state["shards"]:
+            state["waiting"] = self._pool_wait()
         return state
+
+    def _pool_wait(self) -> str:
+        """'waiting for the crawl pool: ...' while steps of this run wait for pool slots (asked
+        of the instance at most every POOL_CHECK_SECONDS)."""
+        if not self.invocation:
+            return ""
+        if time.monotonic() - self._pool_checked < POOL_CHECK_SECONDS:
+            return self._pool_note
+        self._pool_checked = time.monotonic()
+        try:
+            import dagster as dg
+
+            from enrich_crawl.recovery import pool_wait
+
+            if self._instance is None:
+                self._instance = dg.DagsterInstance.get()
+            if not self._run_id:
+                runs = self._instance.get_runs(
+                    filters=dg.RunsFilter(tags={"enrich_crawl/invocation": self.invocation}),
+                    limit=1,
+                )
+                self._run_id = runs[0].run_id if runs else ""
+            wait = pool_wait(self._instance, self._run_id) if self._run_id else None
+        except Exception:  # the progress line must never stop the run
+            wait = None
+        self._pool_note = wait.describe() if wait else ""
+        return self._pool_note
 
     def show(self, final: bool = False) -> None:
         if not (self.tty or final) and time.monotonic() - self.last_line < 10:
@@ -193,6 +230,7 @@ class Progress:
                 f"\r[{'#' * filled}{'-' * (width - filled)}] records {state['records_done']}/"
                 f"{state['total']}  partitions {state['partitions_done']}/{state['shards']}  "
                 f"{rate:.1f} pages/s  {elapsed:.0f}s "
+                + (f" {state['waiting']} " if state.get("waiting") else "")
             )
             if final:
                 self.stream.write("\n")
@@ -202,7 +240,9 @@ class Progress:
             self.stream.write(
                 f"progress: records {state['records_done']}/{state['total']}, partitions "
                 f"{state['partitions_done']}/{state['shards']}, {state['pages']} pages "
-                f"({rate:.1f}/s), {elapsed:.0f}s\n"
+                f"({rate:.1f}/s), {elapsed:.0f}s"
+                + (f"; {state['waiting']}" if state.get("waiting") else "")
+                + "\n"
             )
             self.stream.flush()
 
@@ -250,13 +290,20 @@ def run_enrich_job(
         "loggers": {"console": {"config": {"log_level": "INFO" if verbose else "ERROR"}}},
     }
     stage = DatasetStage(config.work_dir(), spec.name)
-    progress = Progress(stage, stream)
     result: dict[str, Any] = {}
     from enrich_crawl.catalog import fingerprint
     from enrich_crawl.defs.partitions import DATASET_TAG, FINGERPRINT_TAG, TRIGGER_TAG
+    from enrich_crawl.recovery import process_tags, report_dead_runs
 
     invocation = uuid.uuid4().hex
+    progress = Progress(stage, stream, invocation)
+    # runs killed with their process (kill -9, OOM, reboot) would hold the crawl pool for ever
+    try:
+        report_dead_runs(stream)
+    except Exception as exc:  # the run's own executor checks again
+        stream.write(f"could not check for dead runs: {exc}\n")
     tags = {
+        **process_tags(),
         "enrich_crawl/invocation": invocation,
         DATASET_TAG: spec.name,
         TRIGGER_TAG: "cli",

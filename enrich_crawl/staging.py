@@ -153,3 +153,62 @@ class DatasetStage:
 
     def resolved_summary(self, shard: str) -> Path:
         return self.base / "resolved" / f"{shard}.summary.json"
+
+
+CLAIM_FILE = "claim.json"
+
+
+class StaleAttempt(Exception):
+    """A crawl attempt that must not touch its shard's files: its run has ended, or a newer
+    attempt (or another live run) owns them."""
+
+
+def claim_shard(
+    crawl_dir: Path, run_id: str, attempt: int, is_live: Any, node: str = ""
+) -> dict[str, Any]:
+    """Make this (run, attempt) the owner of a shard's crawl files, or raise StaleAttempt.
+
+    A task redelivered late (a Celery worker lost with its task unacknowledged, the task handed
+    out again an hour later) would otherwise clear and rewrite the files of whichever run crawls
+    that shard now. The owner is recorded in `claim.json` under a file lock; an attempt takes it
+    only when its own run is live (`is_live(run_id)`) and the current owner is an older attempt of
+    the same run or a run that is no longer live."""
+    import fcntl
+
+    crawl_dir.mkdir(parents=True, exist_ok=True)
+    with open(crawl_dir / ".claim.lock", "a+", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not is_live(run_id):
+            raise StaleAttempt(f"run {run_id} is no longer running: its attempt is stale")
+        try:
+            owner = read_json(crawl_dir / CLAIM_FILE)
+        except (OSError, ValueError):
+            owner = None
+        if isinstance(owner, dict) and owner.get("run_id"):
+            if owner["run_id"] == run_id and int(owner.get("attempt", -1)) >= attempt:
+                raise StaleAttempt(
+                    f"attempt {owner.get('attempt')} of run {run_id} (on {owner.get('node')}) "
+                    f"already owns {crawl_dir}: attempt {attempt} is stale or a duplicate"
+                )
+            if owner["run_id"] != run_id and is_live(owner["run_id"]):
+                raise StaleAttempt(
+                    f"run {owner['run_id']} (live, on {owner.get('node')}) is crawling "
+                    f"{crawl_dir}: two runs of one dataset cannot share its staging area"
+                )
+        claim = {"run_id": run_id, "attempt": attempt, "node": node, "at": time_now()}
+        write_json(crawl_dir / CLAIM_FILE, claim)
+        return claim
+
+
+def shard_owner(crawl_dir: Path) -> dict[str, Any] | None:
+    try:
+        owner = read_json(crawl_dir / CLAIM_FILE)
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def time_now() -> float:
+    import time
+
+    return time.time()

@@ -1,4 +1,4 @@
-"""Typed values shared by the dataset loader and the extractor (SPEC section 2 field types).
+"""Typed values shared by the dataset loader and the extractor (the dataset spec's field types).
 
 `coerce(value, type)` turns a cleaned string (or an already typed value) into the field's type, or
 raises `ValueError` with a short reason. Dates are ISO `YYYY-MM-DD` strings (portable in JSON,

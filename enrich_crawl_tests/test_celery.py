@@ -55,7 +55,8 @@ def _start_worker(name: str, config: Path, env: dict, log: Path) -> subprocess.P
     with open(log, "wb") as out:
         return subprocess.Popen(
             [
-                "dagster-celery",
+                # the one installed beside this Python (a venv's bin is not always on PATH)
+                str(Path(sys.executable).parent / "dagster-celery"),
                 "worker",
                 "start",
                 "-A",

@@ -68,6 +68,21 @@ def build_edge_web(root: Path) -> list[dict[str, str]]:
     _host(root, "e-flaky.test", {"index.html": _page("flaky")}, {"fail_first": {"^/$": 2}})
     _host(root, "e-429.test", ok, {"status": {"^/$": 429}, "headers": {"Retry-After": "1"}})
     _host(root, "e-loop.test", ok, {"redirects": {"^/start$": "/welcome", "^/welcome$": "/start"}})
+    # `Location: \\e-ok.test/` names another host for a browser (`\` is `/` in http URLs);
+    # `urljoin` made it a path of this host (the virtual web expands `\\` to `\`)
+    _host(root, "e-redir.test", ok, {"redirects": {"^/go$": "\\\\\\\\e-ok.test/"}})
+    # a page answered differently when its query is reordered: fetched as written, not sorted
+    _host(
+        root,
+        "e-query.test",
+        {
+            "p.html": _page("reordered"),
+            "p.html?b=2&a=1": _page("as written"),
+            "start.html": "<html><body><a class='follow' href='q.html?y=1&amp;x=2'>q</a>",
+            "q.html": _page("reordered"),
+            "q.html?y=1&x=2": _page("link as written"),
+        },
+    )
     _host(root, "e-huge.test", ok, {"huge": {"^/$": 50_000_000}})
     _host(root, "e-bomb.test", ok, {"bomb": {"^/$": 1_000_000_000}})
     _host(
@@ -158,6 +173,9 @@ def build_edge_web(root: Path) -> list[dict[str, str]]:
         "flaky": "http://e-flaky.test/",
         "s429": "http://e-429.test/",
         "loop": "http://e-loop.test/start",
+        "query": "http://e-query.test/p.html?b=2&a=1",
+        "redirect": "http://e-redir.test/go",
+        "query_link": "http://e-query.test/start.html",
         "huge": "http://e-huge.test/",
         "bomb": "http://e-bomb.test/",
         "binary": "http://e-bin.test/photo",
@@ -224,7 +242,7 @@ def test_every_record_has_an_outcome_and_the_crawl_finished(edge_crawl):
     run, outcomes, *_ = edge_crawl
     assert run.stats["s00"]["finish_reason"] == "finished"
     # the loader rejects no row here; unusable URLs are per-record reasons
-    assert len(outcomes) == 32
+    assert len(outcomes) == 35
 
 
 @pytest.mark.parametrize(
@@ -274,6 +292,9 @@ def test_failures_are_recorded_with_their_reason_and_url(edge_crawl, rid, reason
         ("broken", "broken ok"),
         ("xml", "xml ok"),
         ("links", "linked"),
+        ("query", "as written"),  # the query order of the URL fetched is the URL's own
+        ("query_link", "link as written"),
+        ("redirect", "ok"),  # the redirect followed as a browser follows it
     ],
 )
 def test_values_come_out_right(edge_crawl, rid, value):
@@ -350,4 +371,4 @@ def test_statistics_count_status_codes_errors_and_retries(edge_crawl):
     assert stats["retries"] >= 6  # 500 x2, 429 x2, flaky x2, timeouts
     assert stats["refused"]["private_address"] >= 4
     assert stats["refused"]["denied"] >= 2
-    assert stats["outcomes"]["resolved"] == 10
+    assert stats["outcomes"]["resolved"] == 13

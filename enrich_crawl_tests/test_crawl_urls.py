@@ -6,13 +6,14 @@ import pytest
 
 from enrich_crawl.config import CrawlConfig
 from enrich_crawl.crawl.policy import HUGE_SITES_FILE, UrlPolicy, domain_in, read_domain_list
-from enrich_crawl.urls import normalise_url, page_key, private_ip
+from enrich_crawl.urls import normalise_url, page_key, private_ip, resolve_link, split_url_cell
 
 
 @pytest.mark.parametrize(
     "raw, url",
     [
-        ("HTTP://Example.COM:80/a/../b/?b=2&a=1#frag", "http://example.com/b/?a=1&b=2#frag"),
+        # the query keeps its order in the URL fetched (only the page key sorts it)
+        ("HTTP://Example.COM:80/a/../b/?b=2&a=1#frag", "http://example.com/b/?b=2&a=1#frag"),
         ("https://x.example:443/a/./b/", "https://x.example/a/b/"),
         ("x.example:8080/p", "http://x.example:8080/p"),
         ("//x.example/p", "http://x.example/p"),
@@ -21,6 +22,20 @@ from enrich_crawl.urls import normalise_url, page_key, private_ip
         ("http://0x7f.1/", "http://127.0.0.1/"),
         ("http://[::1]:8080/", "http://[::1]:8080/"),
         ("http://a.example/#org-caf%C3%A9", "http://a.example/#org-caf%C3%A9"),
+        # what the hand-written normaliser got wrong (issue #23), as a browser parses it
+        ("http://example.com/foo/bar//..", "http://example.com/foo/bar/"),  # not /foo/
+        ("http://host/?'", "http://host/?%27"),  # a trailing quote is not stripped
+        ('http://host/a"', "http://host/a%22"),
+        ("http://a.example/a//b/./c", "http://a.example/a//b/c"),  # `//` is kept
+        ("http:\\\\www.example.com\\a\\b", "http://www.example.com/a/b"),  # backslashes
+        ("http://@www.example.com", "http://www.example.com/"),  # empty userinfo
+        ("https:/example.com/", "https://example.com/"),
+        ("http:example.com/x", "http://example.com/x"),
+        ("http:///x", "http://x/"),
+        ("http://%30%78%63%30%2e%30%32%35%30.01", "http://192.168.0.1/"),  # encoded host
+        ("http://EXAMPLE.com/%7e?x=%7e", "http://example.com/%7e?x=%7e"),
+        ("<http://a.example/x>", "http://a.example/x"),  # a cell quoted as a whole
+        ("  http://a.example/x\t\n ", "http://a.example/x"),
     ],
 )
 def test_normalise(raw, url):
@@ -36,7 +51,14 @@ def test_normalise(raw, url):
         ("ftp://x.example/", "unsupported scheme ftp:"),
         ("http://999.1.1.1/", "bad IP address"),
         ("http://user:pw@x.example/", "credentials"),
-        ("http:///x", "no host"),
+        ("http://", "no host"),
+        ("http://[::%31]/", "bad IPv6 address"),  # a zone id: every browser refuses it
+        ("http://[::1]x/", "invalid_url"),
+        ("http://a.example:8x/", "bad port"),
+        ("http://a..example/", "unresolvable host"),  # valid URL, no DNS name
+        ("http://a!b.example/", "unresolvable host"),
+        ("http://" + "a" * 64 + ".example/", "unresolvable host"),
+        ("http://:pw@x.example/", "credentials"),
         ("http://exa mple.com/", "bad host"),
         ("http://x.example:99999/", "invalid_url"),
         ("htp//broken", "invalid_url"),
@@ -52,6 +74,50 @@ def test_page_key_drops_fragment_and_tracking_parameters():
     assert page_key("http://a.example/x?utm_source=n&id=3&gclid=9#f") == "http://a.example/x?id=3"
     assert page_key("http://a.example/x?id=3") == "http://a.example/x?id=3"
     assert page_key("http://a.example/x#f") == "http://a.example/x"
+
+
+def test_page_key_is_canonical_but_the_url_fetched_is_not():
+    """One key for two spellings of a page (query order, escapes); the URL fetched unchanged."""
+    first, _ = normalise_url("http://a.example/p?b=2&a=1")
+    second, _ = normalise_url("http://A.example:80/p?a=1&b=2#top")
+    assert first == "http://a.example/p?b=2&a=1"
+    assert page_key(first) == page_key(second) == "http://a.example/p?a=1&b=2"
+    assert page_key("http://a.example/%7e?q=%7e") == page_key("http://a.example/~?q=~")
+    assert page_key("http://a.example/x?") == "http://a.example/x"
+    # dot segments are resolved once, by the parser, and `//` stays: two resources, two keys
+    assert page_key(normalise_url("http://a.example/a//b/./c")[0]) != page_key(
+        normalise_url("http://a.example/a/b/c")[0]
+    )
+
+
+@pytest.mark.parametrize(
+    "base, href, url",
+    [
+        ("http://a.example/d/p.html", "q.html", "http://a.example/d/q.html"),
+        ("http://a.example/d/p.html", "\\x", "http://a.example/x"),  # `\` is `/` in http
+        ("http://a.example/d/p.html", "///test", "http://test/"),
+        ("http://a.example/d/p.html", "../../../x?b=1&a=2", "http://a.example/x?b=1&a=2"),
+        ("http://a.example/d/p.html", " \tq.html\n", "http://a.example/d/q.html"),
+        ("http://a.example/d/p.html", "#sec", "http://a.example/d/p.html#sec"),
+        ("https://a.example/", "//cdn.example/x", "https://cdn.example/x"),
+    ],
+)
+def test_links_resolve_as_a_browser_resolves_them(base, href, url):
+    assert resolve_link(base, href) == (url, None)
+
+
+@pytest.mark.parametrize(
+    "href, reason",
+    [
+        ("javascript:void(0)", "unsupported scheme javascript:"),
+        ("mailto:a@b.example", "unsupported scheme mailto:"),
+        ("http://u:p@x.example/", "credentials"),
+        ("http://[::%31]/", "bad IPv6 address"),
+    ],
+)
+def test_links_refused_with_a_reason(href, reason):
+    url, why = resolve_link("http://a.example/", href)
+    assert url is None and reason in why
 
 
 @pytest.mark.parametrize(
@@ -128,3 +194,22 @@ def test_crawl_config_errors_name_the_key():
         CrawlConfig.from_mapping({"default_delay": -1})
     with pytest.raises(ValueError, match=r"crawl\.huge_sites_file"):
         CrawlConfig.from_mapping({"huge_sites_file": "/nonexistent/list.txt"})
+
+
+@pytest.mark.parametrize(
+    "cell, tokens",
+    [
+        ("http://a.example/0,8599,2011497,00.html", ["http://a.example/0,8599,2011497,00.html"]),
+        ("http://a.example/x,https://b.example/y", ["http://a.example/x", "https://b.example/y"]),
+        ("a.example/x;  www.b.example", ["a.example/x", "www.b.example"]),
+        ("a.example/x,\tb.example/y\n", ["a.example/x", "b.example/y"]),
+        (
+            ["a.example/x,www.b.example", None, "c.example"],
+            ["a.example/x", "www.b.example", "c.example"],
+        ),
+        (None, []),
+        (" ; ", []),
+    ],
+)
+def test_split_url_cell(cell, tokens):
+    assert split_url_cell(cell) == tokens

@@ -309,3 +309,47 @@ def test_tsv_and_other_delimiters(tmp_path, delimiter, suffix):
     assert manifest["profile"]["rows"] == truth.rows
     assert manifest["profile"]["quarantined"] == len(truth.malformed)
     assert manifest["columns"] == synth.COLUMNS
+
+
+URL_CELLS = [
+    # (cell, the URLs the record gets): commas and semicolons inside a URL belong to it
+    (
+        "http://www.time.com/time/health/article/0,8599,2011497,00.html",
+        ["http://www.time.com/time/health/article/0,8599,2011497,00.html"],
+    ),
+    ("https://a.example/contact,fr,7,5.cfm", ["https://a.example/contact,fr,7,5.cfm"]),
+    ("http://a.example/item;jsessionid=A1B2", ["http://a.example/item;jsessionid=A1B2"]),
+    # ... and separate two URLs when the next one follows at once (scheme:// or www.)
+    (
+        "http://a.example/a,8,9.html,http://b.example/b;https://c.example/c",
+        ["http://a.example/a,8,9.html", "http://b.example/b", "https://c.example/c"],
+    ),
+    ("http://a.example/x;www.b.example/y", ["http://a.example/x", "http://www.b.example/y"]),
+    ("http://a.example/x ; WWW.b.example", ["http://a.example/x", "http://www.b.example/"]),
+    ("a.example/p,q;r", ["http://a.example/p,q;r"]),  # no next URL: one URL
+    # whitespace separates; list punctuation at the ends of a piece is not part of a URL
+    ("a.example/x, b.example/y;", ["http://a.example/x", "http://b.example/y"]),
+    ("http://a.example/x,,http://b.example/y", ["http://a.example/x", "http://b.example/y"]),
+    (";, ;", []),
+]
+
+
+def test_url_cells_split_on_separators_only_and_as_the_reference_does(tmp_path):
+    """How a URL cell splits, on real-world URLs (0,8599,...,00.html; ;jsessionid=), through the
+    Arrow loader and the row-at-a-time reference alike."""
+    lines = ["id,url,city"]
+    for number, (cell, _) in enumerate(URL_CELLS, start=1):
+        lines.append(f'{number},"{cell}",x')
+    source = tmp_path / "cells.csv"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spec_path = tmp_path / "cells.yaml"
+    spec_path.write_text(
+        "name: cells\nsource: cells.csv\nid: id\nurls: [url]\nfields:\n  city: {}\n",
+        encoding="utf-8",
+    )
+    manifest, stage = _load(spec_path, tmp_path)
+    columns, rows = _python_csv_rows(source)
+    got = _compare_with_reference(spec_path, stage, manifest, columns, rows)
+    for number, (cell, urls) in enumerate(URL_CELLS, start=1):
+        assert got[str(number)]["_urls"] == urls, cell
+        assert got[str(number)]["_url_errors"] == [], cell

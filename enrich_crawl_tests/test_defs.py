@@ -1,4 +1,5 @@
-"""The Definitions load, every job resolves, and the asset chain is the one SPEC section 4 names."""
+"""The Definitions load, every job resolves, and the asset chain is the documented one
+(seed_dataset -> crawl_results -> resolved_fields -> enriched_records)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def test_demo_run_matches_ground_truth_and_is_idempotent(
     problems = compare(docs)
     assert not problems, "\n".join(problems)
 
-    # every value the crawl filled carries its lineage (SPEC section 6)
+    # every value the crawl filled carries its lineage (docs/results.md)
     filled = 0
     for doc in docs.values():
         assert set(doc) >= {

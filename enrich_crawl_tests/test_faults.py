@@ -2,7 +2,7 @@
 virtual web): a crawl process SIGKILLed mid-partition, the step process that runs it SIGKILLed,
 and the Dagster instance's PostgreSQL restarted while a run is going on.
 
-Covered elsewhere, not repeated here (see README "Reliability"): a run terminated from the UI or by
+Covered elsewhere, not repeated here (see docs/reliability.md): a run terminated from the UI or by
 Ctrl-C (test_pipes.py, test_ui.py), MongoDB stopped at or during the merge (test_merge_outage.py),
 a browser crash or hung page (test_render.py), a shard that keeps failing (test_orchestration.py).
 """

@@ -1,4 +1,4 @@
-"""The merge policy (SPEC section 6, issue #8), with pymongo against a real MongoDB-wire server:
+"""The merge policy (docs/results.md, issue #8), with pymongo against a real MongoDB-wire server:
 document shape and lineage, idempotent re-runs, refresh semantics, kept and superseded values,
 bounded history, status/missing, insert races, indexes."""
 

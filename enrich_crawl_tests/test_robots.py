@@ -57,6 +57,68 @@ def test_rules(text, url, allowed):
 
 
 @pytest.mark.parametrize(
+    "between",
+    [
+        "Noindex: /x",
+        "Crawl-delay: 5",
+        "Sitemap: http://h.test/s.xml",
+        "Unknown-thing: y",
+        "junk",
+        "",
+    ],
+)
+def test_lines_between_user_agents_do_not_end_the_group(between):
+    """The politeness bug of issue #23: a line that is not a rule between two `User-agent` lines
+    ended the group, so the crawler believed it was allowed everywhere (RFC 9309 2.2.4)."""
+    text = f"User-agent: enrich_crawl\n{between}\nUser-agent: *\nDisallow: /\n"
+    verdict = rules(text)
+    assert not verdict.allowed("http://h.test/page", UA)
+    assert not verdict.allowed("http://h.test/page", "otherbot/1.0")
+
+
+@pytest.mark.parametrize(
+    "agent_line, ours",
+    [
+        ("User-agent: enrich", False),  # another robot's token, not a prefix of ours
+        ("User-agent: enrich_crawler", False),
+        ("User-agent: crawl", False),
+        ("User-agent: ENRICH_CRAWL", True),
+        ("User-agent: enrich_crawl/2.0", True),  # the token ends at the version
+        ("User-agent: enrich_crawl extra words", True),
+    ],
+)
+def test_the_product_token_matches_whole_tokens_only(agent_line, ours):
+    text = f"{agent_line}\nDisallow: /mine/\n\nUser-agent: *\nDisallow: /all/\n"
+    verdict = rules(text)
+    assert verdict.allowed("http://h.test/mine/x", UA) is not ours
+    assert verdict.allowed("http://h.test/all/x", UA) is ours
+
+
+def test_crawl_delay_is_per_group():
+    text = (
+        "User-agent: enrich_crawl\nCrawl-delay: 3\nUser-agent: friendbot\nDisallow: /x\n\n"
+        "User-agent: *\nCrawl-delay: 10\nDisallow: /\n"
+    )
+    verdict = rules(text)
+    assert verdict.crawl_delay(UA) == 3.0  # read in our group, even between its UA lines
+    assert verdict.crawl_delay("friendbot/1") == 3.0
+    assert verdict.crawl_delay("otherbot/1") == 10.0
+    assert not verdict.allowed("http://h.test/x/1", UA) and verdict.allowed("http://h.test/y", UA)
+    # our groups combined: their rules together, the largest delay
+    twice = "User-agent: enrich_crawl\nCrawl-delay: 1\nDisallow: /a\n\n"
+    twice += "User-agent: enrich_crawl\nCrawl-delay: 4\nDisallow: /b\n"
+    verdict = rules(twice)
+    assert verdict.crawl_delay(UA) == 4.0
+    assert not verdict.allowed("http://h.test/a", UA) and not verdict.allowed("http://h.test/b", UA)
+
+
+def test_misspelt_records_and_a_missing_colon_are_read_as_meant():
+    """As Google's parser does (its ID_LineSyntax_Line case): the intent is plain."""
+    assert not rules("user-agent FooBot\ndisallow /\n").allowed("http://h.test/x", "FooBot")
+    assert not rules("useragent: *\ndisallaw: /x\n").allowed("http://h.test/x", UA)
+
+
+@pytest.mark.parametrize(
     "status, allowed",
     [(200, True), (401, True), (403, True), (404, True), (410, True), (500, False), (503, False)],
 )

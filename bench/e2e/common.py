@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import protego
 
@@ -21,7 +21,7 @@ from bench.e2e.agents import BFS_UA, FLOOR_UA, SEED_UA  # noqa: F401 (re-exporte
 from enrich_crawl.dataset.shard import shard_for_urls, shard_keys
 from enrich_crawl.dataset.spec import load_spec
 from enrich_crawl.extract import MappingSet, Page, run_mapping
-from enrich_crawl.urls import normalise_url, split_url_cell, without_fragment
+from enrich_crawl.urls import normalise_url, resolve_link, split_url_cell, without_fragment
 from enrich_crawl.values import coerce, is_missing
 
 DEFAULT_DELAY = 1.0
@@ -100,7 +100,7 @@ def records_of_shard(records: list[BenchRecord], index: int, count: int) -> list
 
 
 # --------------------------------------------------------------------------------------------------
-# robots.txt, by the same rules as the product (RFC 9309 + SPEC section 5)
+# robots.txt, by the same rules as the product (RFC 9309, docs/crawling.md)
 
 
 @dataclass
@@ -162,7 +162,7 @@ def naive_links(page: Page) -> list[str]:
         href = str(href).strip()
         if not href or href.startswith(("#", "mailto:", "tel:", "javascript:")):
             continue
-        url, _reason = normalise_url(urljoin(base, href))
+        url, _reason = resolve_link(base, href)
         if url is None:
             continue
         url = without_fragment(url)

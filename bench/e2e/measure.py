@@ -526,7 +526,7 @@ def accuracy(
 
 
 def product_values(mongo_uri: str, database: str, collection: str) -> dict[str, dict[str, Any]]:
-    """Every record's ``data`` as the product left it in MongoDB (SPEC section 6)."""
+    """Every record's ``data`` as the product left it in MongoDB (docs/results.md)."""
     import pymongo
 
     client = pymongo.MongoClient(mongo_uri, serverSelectionTimeoutMS=10000)

@@ -225,7 +225,9 @@ class Suite:
 
         raw = yaml.safe_load(spec.read_text("utf-8"))
         env = self._product_env(label, shards)
-        exe = shutil.which("enrich-crawl")
+        # the console script of this interpreter's environment (a venv's bin may not be on PATH)
+        beside = Path(sys.executable).parent / "enrich-crawl"
+        exe = str(beside) if beside.is_file() else shutil.which("enrich-crawl")
         cmd = [exe] if exe else [sys.executable, "-m", "enrich_crawl.cli"]
         cmd += ["run", "--dataset", str(spec), "--mappings", str(mappings)]
         # a fresh instance's SQLite schema is created before the measured run (its first use can

@@ -1,4 +1,5 @@
-"""Why a URL gave nothing: exceptions and responses mapped to the reasons of SPEC section 6.
+"""Why a URL gave nothing: exceptions and responses mapped to the reasons recorded in a
+result document's `errors` (docs/results.md).
 
 Reasons: `invalid_url`, `robots`, `private_address`, `denied`, `http_<code>`, `timeout`, `dns`,
 `connection`, `too_large`, `not_text`, `redirect_loop`, `data_loss`, `not_on_page`, `no_mapping`,
@@ -49,7 +50,7 @@ _CONNECTION = (
 
 
 class Refused(IgnoreRequest):
-    """A request refused by policy; `reason` is the SPEC section 6 reason (robots, denied, ...)."""
+    """A request refused by policy; `reason` is the recorded reason (robots, denied, ...)."""
 
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}" if detail else reason)

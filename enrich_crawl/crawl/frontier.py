@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from enrich_crawl.urls import fragment_of, page_key
+from enrich_crawl.urls import fragment_of, page_key, without_fragment
 
 PRIORITY_SEED = 0
 PRIORITY_PARSER_LINK = 10
@@ -65,18 +65,24 @@ class Waiter:
 
 @dataclass
 class PageTask:
-    key: str  # URL without fragment
+    key: str  # the page's identity (urls.page_key: canonical, no fragment)
     waiters: list[Waiter] = field(default_factory=list)
     priority: int = 0
+    url: str = ""  # the URL to fetch: as the first record found it, without its fragment
 
 
 @dataclass
 class FetchOrder:
-    """A page the spider must fetch."""
+    """A page the spider must fetch: `url` as found (query order kept), `key` its identity."""
 
     key: str
     priority: int
     depth: int
+    url: str = ""
+
+    @property
+    def fetch_url(self) -> str:
+        return self.url or self.key
 
 
 class Frontier:
@@ -145,8 +151,9 @@ class Frontier:
         if task is not None:
             task.waiters.append(waiter)
             return []
-        self.tasks[key] = PageTask(key, [waiter], priority)
-        return [FetchOrder(key, priority - depth, depth)]
+        fetch = without_fragment(url)
+        self.tasks[key] = PageTask(key, [waiter], priority, fetch)
+        return [FetchOrder(key, priority - depth, depth, fetch)]
 
     def waiters(self, key: str) -> list[Waiter]:
         task = self.tasks.get(key)

@@ -24,7 +24,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 from urllib.request import proxy_bypass
 
 from scrapy import Request, signals
@@ -47,7 +47,7 @@ from enrich_crawl.crawl.errors import (
 from enrich_crawl.crawl.policy import DEFAULT_DENY_EXTENSIONS, UrlPolicy
 from enrich_crawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsRules, origin_of
 from enrich_crawl.crawl.scheduler import NOT_BEFORE
-from enrich_crawl.urls import canonical
+from enrich_crawl.urls import canonical, join_url
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -348,7 +348,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
 
 class RedirectLoopMiddleware:
     """A redirect to a URL already in its own chain is a loop: stop it at once (`redirect_loop`)
-    instead of fetching it again up to REDIRECT_MAX_TIMES."""
+    instead of fetching it again up to REDIRECT_MAX_TIMES. The Location is resolved as a browser
+    resolves it (WHATWG URL Standard, `urls.join_url`) and handed to Scrapy's RedirectMiddleware
+    absolute, so the redirect followed is the one a browser would follow."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedirectLoopMiddleware:
@@ -357,17 +359,30 @@ class RedirectLoopMiddleware:
     def process_response(self, request: Request, response: Response, spider: Any = None):
         if not 300 <= response.status < 400 or b"Location" not in response.headers:
             return response
-        location = response.headers[b"Location"].decode("latin-1").strip()
+        raw = response.headers[b"Location"]
+        try:  # what browsers do with a non-ASCII Location: UTF-8, else each byte a character
+            location = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            location = raw.decode("latin-1")
+        target = join_url(request.url, location)
+        if target is None:  # not a URL: left to Scrapy (which does not follow it either)
+            return response
+        # the same URL up to spelling (query order, escapes): tracking parameters count here, a
+        # server may redirect `/x` to `/x?utm_source=...` and serve it
         try:
-            target = canonical(urljoin(request.url, location), keep_fragment=False)
             chain = {
                 canonical(u, keep_fragment=False)
                 for u in [*request.meta.get("redirect_urls", []), request.url]
             }
+            looped = canonical(target, keep_fragment=False) in chain
         except ValueError:
-            return response
-        if target in chain:
+            looped = False
+        if looped:
             raise Refused("redirect_loop", f"{request.url} redirects back to {target}")
+        if target != location:
+            headers = response.headers.copy()
+            headers[b"Location"] = target
+            response = response.replace(headers=headers)
         return response
 
 

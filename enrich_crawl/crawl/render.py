@@ -4,7 +4,7 @@ Nothing here imports Playwright (or starts anything): a crawl whose mappings are
 machinery (enrich_crawl.crawl.render_handler is installed as the download handler only when some
 mapping asks for `js` or `auto`, see `needs_browser` and enrich_crawl.crawl.settings).
 
-Policy per mapping (SPEC section 3, `render`):
+Policy per mapping (its `render` key, docs/mappings.md):
 
 - `static`: pages are fetched and extracted as they come from the server;
 - `js`: pages whose URL (known before fetching) matches the mapping are rendered directly: the

@@ -33,7 +33,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import scrapy
 from scrapy import signals
@@ -79,7 +78,7 @@ from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.extract.mapping import Mapping, MappingResult, MappingSet, run_mapping
 from enrich_crawl.extract.page import Page
 from enrich_crawl.staging import dumps
-from enrich_crawl.urls import normalise_link, page_key
+from enrich_crawl.urls import page_key, resolve_link
 
 logger = logging.getLogger(__name__)
 
@@ -443,7 +442,7 @@ class EnrichSpider(scrapy.Spider):
                 meta[WAIT_FOR] = waits
                 self._render_wait(order.key, order.key)
         return scrapy.Request(
-            order.key,
+            order.fetch_url,  # as found: the key's sorted query is for recognising pages only
             callback=self.parse,
             errback=self.on_error,
             priority=order.priority,
@@ -560,7 +559,9 @@ class EnrichSpider(scrapy.Spider):
         page = self._stored_page(doc, fetched_at=now) if doc is not None else None
         if page is None:  # the stored copy vanished: fetch it whole
             self.counts["not_modified_lost"] += 1
-            order = FetchOrder(key, response.request.priority, response.meta["enrich_depth"])
+            order = FetchOrder(
+                key, response.request.priority, response.meta["enrich_depth"], response.request.url
+            )
             return [self._request(order, None)]
         orders = self._process(key, page)[0]
         doc["fetched_at"] = now
@@ -709,7 +710,7 @@ class EnrichSpider(scrapy.Spider):
         links = []
         seen = set()
         for href in tree.xpath("//a/@href"):
-            url, _ = normalise_link(urljoin(page.base_url, str(href).strip()))
+            url, _ = resolve_link(page.base_url, str(href))
             if url is None or url in seen:
                 continue
             seen.add(url)
@@ -1134,7 +1135,7 @@ class EnrichSpider(scrapy.Spider):
                 self.idle_retries[key] += 1
                 self.counts["resent_at_idle"] += 1
                 depth = min((w.depth for w in task.waiters), default=0)
-                order = FetchOrder(key, task.priority - depth, depth)
+                order = FetchOrder(key, task.priority - depth, depth, task.url)
                 self.crawler.engine.crawl(self._request(order, None))
             raise DontCloseSpider
         for key, _task in stuck:

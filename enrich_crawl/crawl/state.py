@@ -1,6 +1,6 @@
 """Persistent crawl state in the results database, shared by every crawl process of every run.
 
-SPEC section 5: persistent crawl state lives in the instance's storage or in the results database.
+Persistent crawl state lives in the results database (never in an unrelated global place).
 The results database is the one store every crawl process reaches, on one machine or many, so the
 state that must be shared lives there (collections whose names start with `_`, which a dataset name
 cannot):
@@ -447,7 +447,7 @@ class CrawlState:
         self, collection: str, wanted: dict[str, list[str]], ttl_seconds: float
     ) -> dict[str, set[str]]:
         """For each record id, the wanted fields whose value in the results collection was fetched
-        less than `ttl_seconds` ago (SPEC section 6 `lineage.<field>.fetched_at`)."""
+        less than `ttl_seconds` ago (`lineage.<field>.fetched_at` of the results)."""
         if self.db is None or not wanted or ttl_seconds <= 0:
             return {}
         try:

@@ -13,7 +13,7 @@ Text cells:
   one space, and the ends are trimmed;
 - a cell that is then empty or equal (case-insensitively) to a `missing_values` marker is missing.
 
-Typed fields (SPEC section 2 types) are coerced with `enrich_crawl.values.coerce`; a value that
+Typed fields (the dataset spec's field types) are coerced with `enrich_crawl.values.coerce`; a value that
 cannot be coerced is a type error (the cell becomes missing, the error and the raw value are kept).
 A coercion that loses how the value was written (`"1,200"` -> 1200, `"yes"` -> true,
 `"March 3, 2025"` -> `"2025-03-03"`) keeps the raw text too, so the original is never lost.

@@ -24,7 +24,7 @@ from enrich_crawl.dataset.read import is_object_array, object_values
 from enrich_crawl.dataset.reference import is_stale
 from enrich_crawl.dataset.spec import DatasetSpec
 from enrich_crawl.staging import dumps
-from enrich_crawl.urls import split_url_cell
+from enrich_crawl.urls import LIST_PUNCTUATION, URL_START, split_url_cell
 
 STRING = pa.string()
 _EPOCH = dt.date(1970, 1, 1)
@@ -214,8 +214,24 @@ class ChunkCleaner:
             if column is None:
                 continue
             if column.kind == "text":
-                lists = pc.split_pattern_regex(column.cleaned, pattern="[ ,;]+")
+                # as urls.split_url_cell: a `,`/`;` run before the next URL
+                # becomes a space, pieces split on spaces (cleaned cells hold single spaces) and
+                # lose the list punctuation at their ends; commas inside a URL stay. Only the
+                # cells holding a `,` or `;` need more than the split.
+                cells = column.cleaned
+                punct = pc.fill_null(
+                    pc.or_(pc.match_substring(cells, ","), pc.match_substring(cells, ";")), False
+                )
+                has_punct = pc.any(punct).as_py()
+                if has_punct:
+                    separated = pc.replace_substring_regex(
+                        cells.filter(punct), pattern=f"[,;]+ ?({URL_START})", replacement=r" \1"
+                    )
+                    cells = pc.replace_with_mask(cells, punct, separated)
+                lists = pc.split_pattern(cells, pattern=" ")
                 flat = pc.list_flatten(lists)
+                if has_punct:
+                    flat = pc.utf8_trim(flat, LIST_PUNCTUATION)
                 owner = pc.list_parent_indices(lists).to_numpy()
                 keep = vec.as_numpy_bool(pc.not_equal(flat, ""))
                 parents.append(owner[keep])

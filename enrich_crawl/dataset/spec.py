@@ -1,4 +1,4 @@
-"""The dataset spec (SPEC section 2): a YAML file beside the table it describes."""
+"""The dataset spec (docs/datasets.md): a YAML file beside the table it describes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from enrich_crawl.config import CrawlConfig
+from enrich_crawl.suggest import did_you_mean
 
 FIELD_TYPES = ("string", "integer", "number", "boolean", "date", "list")
 SOURCE_FORMATS = {
@@ -51,7 +52,7 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class StaleRule:
-    """Fields are outdated when `column` (a date) is older than `days` (optional, SPEC extension)."""
+    """Fields are outdated when `column` (a date) is older than `days` (optional)."""
 
     column: str
     days: float
@@ -126,13 +127,18 @@ FORMAT_OPTIONS = {
 
 
 def _format_options(path: Path, fmt: Any) -> dict[str, Any]:
-    """`format:` (an extension of SPEC section 2): how to read the table."""
+    """`format:` (an optional key of the spec): how to read the table."""
     if not isinstance(fmt, dict):
         raise _fail(path, "format", "expected a mapping (delimiter, quote_char, encoding, ...)")
     for key, value in fmt.items():
         where = f"format.{key}"
         if key not in FORMAT_OPTIONS:
-            raise _fail(path, where, f"unknown option (known: {', '.join(FORMAT_OPTIONS)})")
+            raise _fail(
+                path,
+                where,
+                f"unknown option (known: {', '.join(FORMAT_OPTIONS)})"
+                + did_you_mean(key, FORMAT_OPTIONS),
+            )
         if key == "delimiter" and not (isinstance(value, str) and len(value) == 1):
             raise _fail(path, where, f"expected one character, got {value!r}")
         if (
@@ -166,7 +172,12 @@ def load_spec(path: str | Path) -> DatasetSpec:
         raise SpecError(f"{path}: a dataset spec must be a YAML mapping")
     unknown = sorted(set(raw) - _TOP_KEYS)
     if unknown:
-        raise _fail(path, unknown[0], f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+        raise _fail(
+            path,
+            unknown[0],
+            f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})"
+            + did_you_mean(unknown[0], _TOP_KEYS),
+        )
     for key in ("name", "source", "id", "fields"):
         if key not in raw:
             raise _fail(path, key, "required key missing")
@@ -205,11 +216,19 @@ def load_spec(path: str | Path) -> DatasetSpec:
             raise _fail(path, key, f"expected a mapping like {{type: string}}, got {options!r}")
         extra = sorted(set(options) - {"type", "refresh"})
         if extra:
-            raise _fail(path, f"{key}.{extra[0]}", "unknown option (known: type, refresh)")
+            raise _fail(
+                path,
+                f"{key}.{extra[0]}",
+                "unknown option (known: type, refresh)"
+                + did_you_mean(extra[0], ("type", "refresh")),
+            )
         ftype = options.get("type", "string")
         if ftype not in FIELD_TYPES:
             raise _fail(
-                path, f"{key}.type", f"unknown type {ftype!r} (use {', '.join(FIELD_TYPES)})"
+                path,
+                f"{key}.type",
+                f"unknown type {ftype!r} (use {', '.join(FIELD_TYPES)})"
+                + did_you_mean(ftype, FIELD_TYPES),
             )
         refresh = options.get("refresh", False)
         if not isinstance(refresh, bool):
@@ -237,11 +256,16 @@ def load_spec(path: str | Path) -> DatasetSpec:
     stale = None
     if raw.get("stale") is not None:
         rule = raw["stale"]
+        extra = sorted(set(rule) - {"column", "days", "fields"}) if isinstance(rule, dict) else []
+        if extra:  # before the required keys: `colum:` is a typo of `column:`, not a missing one
+            raise _fail(
+                path,
+                f"stale.{extra[0]}",
+                "unknown option (known: column, days, fields)"
+                + did_you_mean(extra[0], ("column", "days", "fields")),
+            )
         if not isinstance(rule, dict) or "column" not in rule or "days" not in rule:
             raise _fail(path, "stale", "expected {column: <date column>, days: <number>}")
-        extra = sorted(set(rule) - {"column", "days", "fields"})
-        if extra:
-            raise _fail(path, f"stale.{extra[0]}", "unknown option (known: column, days, fields)")
         if not isinstance(rule["column"], str) or not rule["column"]:
             raise _fail(path, "stale.column", "expected the name of a date column")
         days = rule["days"]
@@ -250,7 +274,11 @@ def load_spec(path: str | Path) -> DatasetSpec:
         stale_fields = _str_list(path, "stale.fields", rule.get("fields", []))
         for fname in stale_fields:
             if fname not in fields:
-                raise _fail(path, "stale.fields", f"{fname!r} is not one of the fields")
+                raise _fail(
+                    path,
+                    "stale.fields",
+                    f"{fname!r} is not one of the fields" + did_you_mean(fname, fields),
+                )
         stale = StaleRule(rule["column"], float(days), stale_fields)
 
     fmt = _format_options(path, raw.get("format") or {})

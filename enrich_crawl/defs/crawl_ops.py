@@ -26,7 +26,7 @@ from typing import Any
 
 import dagster as dg
 
-from enrich_crawl.defs.pipes import CrawlProcessClient
+from enrich_crawl.defs.pipes import CrawlProcessClient, StaleCrawl
 from enrich_crawl.defs.resources import (
     CrawlerResource,
     DatasetResource,
@@ -101,7 +101,7 @@ def plan_crawl_shards(
 ):
     """One dynamic output per shard of the run's partitions, once the mappings are known valid.
 
-    An invalid mapping is refused here, before any crawl starts (SPEC section 3), with its file,
+    An invalid mapping is refused here, before any crawl starts, with its file,
     JSON path and reason, whatever launched the run (UI, schedule, sensor, `dagster job execute`):
     a crawl process would only skip it and log the reason where nobody looks.
     """
@@ -157,9 +157,18 @@ def crawl_shard(
     spec = dataset.load()
     stage = staging.stage(spec.name)
     out_dir = stage.crawl_dir(shard)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in CRAWL_RUN_FILES:
-        (out_dir / name).unlink(missing_ok=True)
+    node = node_name()
+    # nothing of the shard's files is touched before this attempt owns them (staging.claim_shard)
+    claim_crawl_files(context, out_dir, node)
+    if context.retry_number > CRAWL_RETRY.max_retries:
+        # retried past its policy: its worker was lost on the last attempt (the executor
+        # retries a step whose worker died, defs/celery_recovery.py); give up as a crawl
+        # failure does, so that every other shard is still resolved and merged
+        failure = _failure(context, shard, node, "the worker running it was lost")
+        write_json(out_dir / FAILURE_FILE, failure)
+        context.log.error(f"crawl of shard {shard} abandoned: {failure['error']}")
+        yield dg.Output(failure, metadata={"node": node, "crawl_failed": 1})
+        return
 
     env = crawler.environment()
     crawl = spec.crawl.to_dict()
@@ -198,7 +207,6 @@ def crawl_shard(
     learned = learned_dir_of(dataset, staging)
     if learned is not None:
         params.learned_mappings_dir = str(learned)
-    node = node_name()
     try:
         with contextlib.ExitStack() as stack:
             if spec.virtual_web is not None:
@@ -218,19 +226,14 @@ def crawl_shard(
                 context=context,
                 params=params,
                 env={"MONGODB_URI": mongo.effective_uri()},
+                still_wanted=lambda: superseded(out_dir, context),
             )
+    except StaleCrawl:
+        raise  # another attempt owns the shard's files: write nothing, not even a failure
     except dg.Failure as exc:
         if context.retry_number < CRAWL_RETRY.max_retries:
             raise
-        failure = {
-            "run_id": context.run_id,
-            "partition": shard,
-            "crawl_failed": 1,
-            "attempts": context.retry_number + 1,
-            "node": node,
-            "error": exc.description or str(exc),
-            "at": time.time(),
-        }
+        failure = _failure(context, shard, node, exc.description or str(exc))
         write_json(out_dir / FAILURE_FILE, failure)
         context.log.error(
             f"crawl of shard {shard} failed after {context.retry_number + 1} attempts "
@@ -245,6 +248,60 @@ def crawl_shard(
     stats = {**stats, "node": node, "time_budget_seconds": budget or 0.0}
     # a Pipes session puts the op in typed-event-stream mode: outputs must be explicit
     yield dg.Output(stats, metadata={"node": node, "pages": int(stats.get("pages") or 0)})
+
+
+def _failure(context: dg.OpExecutionContext, shard: str, node: str, error: str) -> dict:
+    return {
+        "run_id": context.run_id,
+        "partition": shard,
+        "crawl_failed": 1,
+        "attempts": context.retry_number + 1,
+        "node": node,
+        "error": error,
+        "at": time.time(),
+    }
+
+
+def run_is_live(instance: dg.DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    return run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING
+
+
+def superseded(out_dir: Any, context: dg.OpExecutionContext) -> str | None:
+    """Why this attempt no longer owns the shard's files (a worker cut off from the run was
+    judged lost and its step retried elsewhere, while its crawl went on), else None."""
+    from enrich_crawl.staging import shard_owner
+
+    owner = shard_owner(out_dir) or {}
+    if owner.get("run_id") == context.run_id and owner.get("attempt") == context.retry_number:
+        return None
+    return (
+        f"attempt {owner.get('attempt')} of run {owner.get('run_id')} (on {owner.get('node')}) "
+        "owns the shard now"
+    )
+
+
+def claim_crawl_files(context: dg.OpExecutionContext, out_dir: Any, node: str) -> None:
+    """Own the shard's crawl files for this attempt, then clear what an earlier run left there
+    (a crawl that dies early must never leave an older run's results to be merged as this
+    run's). A stale attempt (its run ended, or a newer attempt owns the files: a task redelivered
+    late) fails here without touching them, and without retries."""
+    from enrich_crawl.staging import StaleAttempt, claim_shard
+
+    try:
+        claim_shard(
+            out_dir,
+            context.run_id,
+            context.retry_number,
+            lambda run_id: run_is_live(context.instance, run_id),
+            node=node,
+        )
+    except StaleAttempt as exc:
+        raise StaleCrawl(
+            description=f"stale crawl attempt, nothing written: {exc}", allow_retries=False
+        ) from None
+    for name in CRAWL_RUN_FILES:
+        (out_dir / name).unlink(missing_ok=True)
 
 
 _PER_SHARD_NUMBERS = (

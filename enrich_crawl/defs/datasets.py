@@ -4,7 +4,7 @@ The sensor `dataset_specs` (sensors.py) registers a dataset (adds its partition 
 its `dataset_spec`) when a new spec file appears in the watched folder (ENRICH_DATASETS_DIR) and
 launches an `enrich_job` run for it; `nightly_enrich` (schedules.py) runs `enrich_job` once per
 dataset that is due. Every enrich_job run names its dataset in its run config (`enrich_run_config`),
-so the shard partitions, lineage's `partition` and SPEC's single-dataset commands are unchanged.
+so the shard partitions, lineage's `partition` and the single-dataset commands are unchanged.
 """
 
 from typing import Any

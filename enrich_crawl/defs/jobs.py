@@ -77,7 +77,10 @@ def enrich_multiprocess_executor(config):
     forked from a server that has the definitions and the heavy libraries loaded already."""
     from dagster._core.executor import child_process_executor
 
+    from enrich_crawl.defs.recovering import install_patient_claims
+
     child_process_executor.TICK = max(child_process_executor.TICK, STEP_EVENT_POLL)
+    install_patient_claims()
     return {
         "max_concurrent": config["max_concurrent"],
         "start_method": config.get("start_method") or FORKSERVER,
@@ -85,11 +88,19 @@ def enrich_multiprocess_executor(config):
 
 
 def _executor():
+    """The executor named by ENRICH_EXECUTOR, wrapped to close dead runs before it starts
+    (enrich_crawl/recovery.py)."""
+    from enrich_crawl.defs.recovering import with_recovery
+
+    return with_recovery(_base_executor())
+
+
+def _base_executor():
     kind = os.environ.get("ENRICH_EXECUTOR", "multiprocess").strip().lower()
     if kind == "celery":
-        from dagster_celery import celery_executor
+        from enrich_crawl.defs.celery_recovery import recovering_celery_executor
 
-        return celery_executor
+        return recovering_celery_executor
     if kind == "in_process":
         return dg.in_process_executor
     if kind != "multiprocess":

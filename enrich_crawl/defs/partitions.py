@@ -3,13 +3,13 @@
 Shards: records sharded by a hash of their registrable domain (ENRICH_SHARDS shards, keys s00..).
 A shard key names one crawl process; a host's records all land in one shard, so its requests come
 from one process (enrich_crawl.dataset.shard). The shard key is the Dagster partition key that
-lineage records (SPEC section 6).
+lineage records (`lineage.<field>.partition`).
 
 Datasets: when several datasets are configured (spec files in a watched folder, see sensors.py),
 each is a key of the dynamic partitions `datasets`, registered by the sensor. The dataset dimension
 is deliberately not crossed with the shards (no MultiPartitionsDefinition): every enrich_job run
 enriches one dataset named in its run config, so `enrich_job`, `enrich-crawl run` and lineage's
-`partition` (the shard key) stay exactly as SPEC says, and several datasets are several runs.
+`partition` (the shard key) stay as they are for one dataset, and several datasets are several runs.
 """
 
 from __future__ import annotations

@@ -199,6 +199,27 @@ def _parent_death_signal():
     return preexec
 
 
+class Superseded(Exception):
+    """The crawl's attempt no longer owns its shard (see CrawlProcessClient.run_crawl)."""
+
+
+class StaleCrawl(dg.Failure):
+    """A crawl attempt that must not touch its shard's files (staging.claim_shard): it fails
+    without retries and without writing anything, not even its failure."""
+
+
+def _wait(process: subprocess.Popen, still_wanted: Any, check_every: float) -> int:
+    if still_wanted is None:
+        return process.wait()
+    while True:
+        try:
+            return process.wait(timeout=check_every)
+        except subprocess.TimeoutExpired:
+            reason = still_wanted()
+            if reason:
+                raise Superseded(reason) from None
+
+
 class CrawlProcessClient(dg.ConfigurableResource):
     """Launches `python -m enrich_crawl.crawl.worker` for one shard and streams its progress."""
 
@@ -212,7 +233,13 @@ class CrawlProcessClient(dg.ConfigurableResource):
         context: dg.OpExecutionContext,
         params: WorkerParams,
         env: dict[str, str] | None = None,
+        still_wanted: Any = None,
+        check_every: float = 10.0,
     ) -> dict[str, Any]:
+        """The crawl's final statistics. `still_wanted()`, asked every `check_every` seconds
+        while the crawl runs, may say why it must stop (its attempt was superseded: a retry
+        elsewhere owns the shard's files now); the crawl tree is then stopped and the step
+        fails without retries."""
         command = [sys.executable, "-m", "enrich_crawl.crawl.worker"]
         with (
             open_pipes_session(
@@ -231,7 +258,14 @@ class CrawlProcessClient(dg.ConfigurableResource):
             )
             try:
                 context.log.info(f"crawl of shard {params.partition} started (pid {process.pid})")
-                returncode = process.wait()
+                returncode = _wait(process, still_wanted, check_every)
+            except Superseded as exc:
+                signals.stopping = True
+                terminate_tree(process, self.termination_timeout_seconds)
+                raise StaleCrawl(
+                    description=f"crawl of shard {params.partition} stopped: {exc}",
+                    allow_retries=False,
+                ) from None
             except BaseException:
                 signals.stopping = True  # whatever stopped the wait: later signals are recorded
                 # first stop the tree (logging may fail in a run that is going away)

@@ -1,7 +1,7 @@
 """Dagster resources: the dataset, the staging area, the crawler's identity, and MongoDB.
 
 Secrets and endpoints come from the environment through `EnvVar` (read at run time, hidden in the
-UI). Optional settings that have a documented default when unset (SPEC section 5) are read from the
+UI). Optional settings that have a documented default when unset (docs/configuration.md) are read from the
 environment at run time by `enrich_crawl.config`, not at import.
 """
 

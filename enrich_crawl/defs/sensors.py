@@ -108,3 +108,20 @@ def dataset_specs(
         dynamic_partitions_requests=partition_requests,
         cursor=new_cursor,
     )
+
+
+@dg.sensor(
+    name="dead_runs",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Marks failed the runs whose process is gone (killed, crashed, machine lost) and "
+    "frees their crawl pool slots, so that queued runs of their dataset can start.",
+)
+def dead_runs(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    """enrich_crawl.recovery.close_dead_runs where a daemon runs (no run needs to be launched)."""
+    from enrich_crawl.recovery import close_dead_runs
+
+    closed = close_dead_runs(context.instance)
+    for run in closed:
+        context.log.warning(f"closed run {run.run_id}: {run.reason}; {run.slots_freed} slot(s)")
+    return dg.SkipReason(f"{len(closed)} dead run(s) closed" if closed else "no dead run")

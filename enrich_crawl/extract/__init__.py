@@ -1,4 +1,4 @@
-"""The mapping language: declarative extraction of fields and links from pages (SPEC section 3).
+"""The mapping language: declarative extraction of fields and links from pages (docs/mappings.md).
 
 `MappingSet.load(dir)` loads and validates a folder of mappings; `MappingSet.matching(url)` gives
 the mappings for a page; `run_mapping(mapping, Page(url, body), ...)` extracts its fields and links.

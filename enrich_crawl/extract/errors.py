@@ -9,6 +9,17 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from enrich_crawl.suggest import did_you_mean
+
+__all__ = [
+    "ExtractionError",
+    "MappingError",
+    "did_you_mean",
+    "json_path",
+    "json_syntax_problem",
+    "schema_problems",
+]
+
 
 class MappingError(ValueError):
     """An invalid mapping: `where` is the file and JSON path, `reason` says what is wrong.
@@ -38,12 +49,32 @@ class ExtractionError(RuntimeError):
     """A processor failed on one page (e.g. a regex ran out of time); the field gets no value."""
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """ "; did you mean 'x'?" for a near miss, else ""."""
-    import difflib
+def _line_column(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
 
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.75)
-    return f"; did you mean {close[0]!r}?" if close else ""
+
+def json_syntax_problem(text: str, exc: json.JSONDecodeError) -> str:
+    """Why `text` is not JSON, at the place to fix. Python's parser reports a missing comma at
+    the token after it (often the next line) and a trailing comma at the closing bracket; a
+    user looks for the end of the previous value, or for the comma itself."""
+    before = exc.pos
+    while before > 0 and text[before - 1] in " \t\r\n":
+        before -= 1
+    previous = text[before - 1] if before > 0 else ""
+    found = text[exc.pos : exc.pos + 12].split("\n")[0]
+    if exc.msg == "Expecting ',' delimiter":
+        line, column = _line_column(text, before)
+        next_line, next_column = _line_column(text, exc.pos)
+        return (
+            f"not valid JSON: a ',' is missing at line {line} column {column}, after the value "
+            f"that ends there (the next one, {found!r}, starts at line {next_line} column "
+            f"{next_column})"
+        )
+    if previous == "," and exc.msg.startswith(("Expecting property name", "Expecting value")):
+        line, column = _line_column(text, before - 1)
+        return f"not valid JSON: trailing comma at line {line} column {column} (before {found!r})"
+    return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
 
 
 def json_path(base: str, parts: Iterable[Any]) -> str:

@@ -1,4 +1,4 @@
-"""Mappings: load, validate and compile `mappings/*.json`, and run them on pages (SPEC section 3).
+"""Mappings: load, validate and compile `mappings/*.json`, and run them on pages (docs/mappings.md).
 
 Loading is strict and complete: a mapping is checked against the JSON Schema
 (`mappings/mapping.schema.json`, generated from the processor registry), then compiled (regexes,
@@ -17,9 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
-from enrich_crawl.extract.errors import MappingError, schema_problems
+from enrich_crawl.extract.errors import MappingError, json_syntax_problem, schema_problems
 from enrich_crawl.extract.page import Page
 from enrich_crawl.extract.processors import (
     PAGE,
@@ -31,7 +30,7 @@ from enrich_crawl.extract.processors import (
     compile_regex,
 )
 from enrich_crawl.extract.vocabulary import FIELD_TYPES, RENDER_MODES
-from enrich_crawl.urls import normalise_link
+from enrich_crawl.urls import resolve_link
 from enrich_crawl.values import coerce
 
 __all__ = [
@@ -332,15 +331,14 @@ class MappingSet:
 def load_mapping_file(path: str | Path) -> Mapping:
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text)
     except OSError as exc:
         raise MappingError(f"{path}: $", f"cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise MappingError(f"{path}: $", f"not UTF-8 text: {exc}") from exc
     except json.JSONDecodeError as exc:
-        raise MappingError(
-            f"{path}: $", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from exc
+        raise MappingError(f"{path}: $", json_syntax_problem(text, exc)) from exc
     return compile_mapping(raw, path)
 
 
@@ -388,7 +386,8 @@ def _typed(values: list[Any], ftype: str | None) -> tuple[Any, str | None]:
 
 
 def extract_links(mapping: Mapping, page: Page, ctx: Context) -> list[str]:
-    """The url_parsers' values as absolute, w3lib-canonical http(s) URLs, deduplicated."""
+    """The url_parsers' values as absolute http(s) URLs, resolved as a browser resolves them
+    (against the page's URL or its `<base href>`), deduplicated."""
     links: list[str] = []
     seen: set[str] = set()
     base = page.base_url
@@ -399,10 +398,7 @@ def extract_links(mapping: Mapping, page: Page, ctx: Context) -> list[str]:
             text = text.strip() if text else ""
             if not text or text == "#":
                 continue
-            try:
-                url, _reason = normalise_link(urljoin(base, text))
-            except ValueError:
-                url = None
+            url, _reason = resolve_link(base, text)
             if url is not None and url not in seen:
                 seen.add(url)
                 links.append(url)

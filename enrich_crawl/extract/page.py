@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from typing import Any
-from urllib.parse import urljoin
 
 import lxml.etree
 import lxml.html
 from w3lib.encoding import html_to_unicode
+
+from enrich_crawl.urls import join_url
 
 # huge_tree: without it libxml2 silently drops everything below depth 255, and real pages with
 # unclosed <div>s get there (parsel, hence Scrapy, parse with huge_tree too)
@@ -233,13 +234,11 @@ class Page:
 
     @cached_property
     def base_url(self) -> str:
-        """The URL relative links resolve against (`<base href>` when present)."""
+        """The URL relative links resolve against: the first `<base href>` resolved against the
+        page's URL, as a browser does (the page's URL when there is none or it is not a URL)."""
         tree = self.tree
         if tree is not None and self.kind == "html":
             base = _BASE_HREF(tree)
             if base:
-                try:
-                    return urljoin(self.url, str(base[0]).strip())
-                except ValueError:
-                    return self.url
+                return join_url(self.url, str(base[0])) or self.url
         return self.url

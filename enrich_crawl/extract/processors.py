@@ -1,4 +1,5 @@
-"""The processor registry of the mapping language (SPEC section 3).
+"""The processor registry of the mapping language (docs/mappings.md, whose processor reference
+is generated from it by `enrich_crawl.extract.reference`).
 
 A processor is compiled once, at mapping load time, from its `parameters` into a function
 `(values, ctx) -> values` over a list. Parameters are checked against the processor's JSON Schema
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import jsonschema
 import lxml.etree
@@ -42,6 +43,7 @@ from enrich_crawl.extract.errors import (
     schema_problems,
 )
 from enrich_crawl.extract.regex_safety import backtracking_hazard
+from enrich_crawl.urls import join_url
 from enrich_crawl.values import clean_text, parse_bool, parse_date, parse_number
 
 __all__ = [
@@ -381,6 +383,20 @@ def _check_xpath_names(expression: str, namespaces: dict[str, str] | None) -> st
     return None
 
 
+def _xpath_error_position(exc: lxml.etree.XPathSyntaxError, expression: str) -> str:
+    """Where libxml2 stopped reading the expression (its error log has the 0-based offset), so
+    "Invalid predicate" comes with the spot to look at."""
+    columns = [entry.column for entry in exc.error_log if entry.domain_name == "XPATH"]
+    if not columns or columns[-1] < 0:
+        return ""
+    column = columns[-1]
+    if column >= len(expression):
+        return " at the end of the expression (an unclosed bracket, parenthesis or quote?)"
+    if column == 0:
+        return " at character 1"
+    return f" at character {column + 1}, after {expression[:column]!r}"
+
+
 def _compile_xpath(
     expression: str, where: str, namespaces: dict[str, str] | None = None, *, what: str = "XPath"
 ) -> lxml.etree.XPath:
@@ -391,7 +407,9 @@ def _compile_xpath(
     try:
         xpath = lxml.etree.XPath(expression, smart_strings=False, namespaces=namespaces)
     except lxml.etree.XPathSyntaxError as exc:
-        raise MappingError(where, f"invalid {what} {expression!r}: {exc}") from exc
+        # the position is only meaningful in an expression the user wrote (not a translated CSS)
+        position = _xpath_error_position(exc, expression) if what == "XPath" else ""
+        raise MappingError(where, f"invalid {what} {expression!r}: {exc}{position}") from exc
     problem = _check_xpath_names(expression, namespaces)
     if problem:
         raise MappingError(where, f"invalid {what} {expression!r}: {problem}")
@@ -1103,10 +1121,11 @@ def _urljoin(params: dict[str, Any], where: str) -> Fn:
             text = text.strip()
             if not text:
                 continue
-            try:
-                out.append(urljoin(base, text))
-            except ValueError:  # e.g. an invalid IPv6 literal
+            url = join_url(base, text)  # as a browser resolves a link
+            if url is None:  # e.g. an invalid IPv6 literal
                 ctx.error(f"urljoin: not a URL: {text[:80]!r}")
+            else:
+                out.append(url)
         return out
 
     return run

@@ -59,7 +59,7 @@ def build_schema() -> dict[str, Any]:
         "description": (
             "One mapping: which pages it handles (url_patterns), which links it follows "
             "(url_parsers) and which dataset fields it fills (fields), each a chain of processors. "
-            "SPEC section 3."
+            "Reference: docs/mappings.md."
         ),
         "type": "object",
         "required": ["name", "url_patterns"],

@@ -1,4 +1,4 @@
-"""The fixed words of the mapping format (SPEC sections 2 and 3)."""
+"""The fixed words of the mapping format (docs/datasets.md, docs/mappings.md)."""
 
 RENDER_MODES = ("static", "js", "auto")
 FIELD_TYPES = ("string", "integer", "number", "boolean", "date", "list")

@@ -1,4 +1,4 @@
-"""The embedded MongoDB-wire server used when ``MONGODB_URI`` is unset (SPEC section 5).
+"""The embedded MongoDB-wire server used when ``MONGODB_URI`` is unset.
 
 The server is nx-27017 (MongoDB wire protocol on SQLite). Every process of a run (Dagster step
 processes of the multiprocess executor, crawl worker subprocesses) calls

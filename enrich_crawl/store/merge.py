@@ -1,4 +1,4 @@
-"""Merge resolved records into MongoDB with per-field lineage (SPEC section 6), idempotently.
+"""Merge resolved records into MongoDB with per-field lineage, idempotently (docs/results.md).
 
 Policy, per enriched field (a field of the dataset spec):
 - a field present in the dataset and not `refresh` is never overwritten; if an earlier run had
@@ -9,7 +9,7 @@ Policy, per enriched field (a field of the dataset spec):
 - a `refresh` field is overwritten only by a newer, different value: the web value, with its fetch
   time, is taken as newer than the table's; the value it replaces goes to `lineage.<field>.previous`
   and the first value ever seen stays in `original`;
-- `lineage.<field>` holds the SPEC keys (value, previous, source_url, mapping, depth, fetched_at,
+- `lineage.<field>` holds the documented keys (value, previous, source_url, mapping, depth, fetched_at,
   http_status, run_id, partition) plus content_hash, rendered, candidates and conflicts (how many
   candidates disagreed with the winner) and a sample of the losing values (`alternatives`);
 - `history.<field>` keeps the last HISTORY_LIMIT values, appended only when the value changes, so
