@@ -180,7 +180,9 @@ def _predict(mapping: Mapping, prepared: Prepared, name: str, ftype: str) -> tup
     if needles is None:
         needles = prepared.needles[name] = renderings(prepared.values[name], ftype)
     for facts in prepared.pages:
-        if facts.depth and (ftype == "boolean" or not value_on_page(facts, needles)):
+        if facts.depth and (
+            ftype == "boolean" or not value_on_page(facts, needles, words=ftype != "date")
+        ):
             continue
         result = run_mapping(
             mapping,
