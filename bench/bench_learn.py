@@ -190,12 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-records", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=RESULTS / "learn.json")
     parser.add_argument("--keep", type=Path, help="write the learned mappings under KEEP/<corpus>/")
+    parser.add_argument(
+        "--merge", action="store_true", help="update the corpora run in an existing --out file"
+    )
     args = parser.parse_args(argv)
     reports = {}
     checks: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-learn-") as tmp:
         for name in args.corpus:
             report = run_corpus(name, args, args.keep or Path(tmp))
+            report["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             reports[name] = report
             s = report["score"]
             checks[f"{name}_accuracy"] = {
@@ -226,6 +230,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{report['example_pages']} pages",
                 flush=True,
             )
+    if args.merge and args.out.exists():
+        previous = json.loads(args.out.read_text(encoding="utf-8"))
+        kept = {n: r for n, r in previous.get("corpora", {}).items() if n not in reports}
+        reports = {**kept, **reports}
+        checks = {
+            **{k: v for k, v in previous.get("checks", {}).items() if k.split("_")[0] in kept},
+            **checks,
+        }
     result = {
         "benchmark": "learn",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

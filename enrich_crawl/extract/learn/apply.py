@@ -98,9 +98,8 @@ def evaluate(
                 got = by_mapping.setdefault(mapping.name, {})
                 for name, value in result.fields.items():
                     got.setdefault(name, (value, url))
-                    previous = first.get(name)
-                    if previous is None or (previous[2] < mapping.priority and source.depth == 0):
-                        first[name] = (value, url, mapping.priority)
+                    # the crawl's order: shallowest page first, then the highest priority
+                    first.setdefault(name, (value, url, mapping.priority))
         for mapping_name in matched:
             mapping = mappings.by_name[mapping_name]
             got = by_mapping.get(mapping_name, {})

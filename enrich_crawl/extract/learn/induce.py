@@ -180,7 +180,9 @@ def _predict(mapping: Mapping, prepared: Prepared, name: str, ftype: str) -> tup
     if needles is None:
         needles = prepared.needles[name] = renderings(prepared.values[name], ftype)
     for facts in prepared.pages:
-        if facts.depth and (ftype == "boolean" or not value_on_page(facts, needles)):
+        if facts.depth and (
+            ftype == "boolean" or not value_on_page(facts, needles, words=ftype != "date")
+        ):
             continue
         result = run_mapping(
             mapping,
@@ -209,6 +211,21 @@ def _split(items: list[Prepared], rng: random.Random, *, by_host: bool) -> tuple
     rng.shuffle(order)
     n_train = min(MAX_TRAIN, max(1, round(len(order) * 0.6)))
     return order[:n_train], order[n_train:]
+
+
+def _diverse(items: list[Prepared], limit: int) -> list[Prepared]:
+    """Up to `limit` examples, in turn from each kind of first page (what its `<body>` says it
+    is), those with the most pages first within a kind."""
+    kinds: dict[tuple[str, ...], list[Prepared]] = defaultdict(list)
+    for item in sorted(items, key=lambda p: (-len(p.pages), p.example.record_id)):
+        kinds[tuple(page_types(item.pages[0], ()))].append(item)
+    out: list[Prepared] = []
+    queues = list(kinds.values())
+    while len(out) < limit and any(queues):
+        for queue in queues:
+            if queue and len(out) < limit:
+                out.append(queue.pop(0))
+    return out
 
 
 def _field_examples(items: list[Prepared], name: str) -> list[Prepared]:
@@ -283,6 +300,34 @@ class FieldOutcome:
     fallbacks: list[Judged] = field(default_factory=list)
 
 
+def _predict_chain(
+    mappings: list[Mapping], prepared: Prepared, name: str, ftype: str
+) -> tuple[Any, int]:
+    """(value, index of the rule that gave it) as the crawl resolves several rules of a field:
+    shallowest page first, then the rules in priority order."""
+    needles = prepared.needles.get(name)
+    if needles is None:
+        needles = prepared.needles[name] = renderings(prepared.values[name], ftype)
+    for facts in prepared.pages:
+        if facts.depth and (
+            ftype == "boolean" or not value_on_page(facts, needles, words=ftype != "date")
+        ):
+            continue
+        for index, mapping in enumerate(mappings):
+            result = run_mapping(
+                mapping,
+                facts.page,
+                fragment=facts.source.fragment,
+                record_id=prepared.example.record_id,
+                field_types={name: ftype},
+                only_fields=(name,),
+                with_links=False,
+            )
+            if name in result.fields:
+                return result.fields[name], index
+    return None, -1
+
+
 def _fallbacks(
     compiled: _Compiled,
     kept: Judged,
@@ -293,34 +338,39 @@ def _fallbacks(
     min_precision: float,
 ) -> list[Judged]:
     """Rules that fill what the kept rule leaves empty (another site's structured-data key, a
-    second layout), each judged on the examples (training and held-out: few are left) that the
-    rules before it leave without a value."""
+    second layout). Each is judged together with the rules before it, as the crawl will run them
+    (a lower-priority rule on a shallower page comes first): on the examples (training and
+    held-out: few are left) where it is the one that gives the value."""
     out: list[Judged] = []
-    empty = list(pool)
-    rules = [kept]
+    rules = [compiled.get(name, kept.candidate)]
     for _level in range(MAX_FALLBACKS):
-        for rule in rules[-1:]:
-            mapping = compiled.get(name, rule.candidate)
-            empty = [p for p in empty if _predict(mapping, p, name, ftype)[0] is None]
-        if len(empty) < 2:
-            break
         parts = []
         for j in judged:
             if j is kept or any(j.candidate is o.candidate for o in out):
                 continue
-            part = _judge(compiled, j.candidate, empty, name, ftype)
+            mapping = compiled.get(name, j.candidate)
+            if mapping is None:
+                continue
+            part = Judged(j.candidate, held_out=len(pool))
+            for prepared in pool:
+                value, index = _predict_chain([*rules, mapping], prepared, name, ftype)
+                if index != len(rules):
+                    continue
+                part.yielded += 1
+                right = same_value(value, prepared.values[name], ftype)
+                part.correct += right
+                part.outcomes[prepared.example.record_id] = right
             # one right value and no wrong one is enough for a structured-data key, two for
             # anything else
-            if part is not None and (
-                part.correct >= 2
-                or (part.correct == part.yielded == 1 and part.candidate.kind in CROSS_SITE_KINDS)
+            if part.correct >= 2 or (
+                part.correct == part.yielded == 1 and part.candidate.kind in CROSS_SITE_KINDS
             ):
                 parts.append(part)
         best = _choose(parts, min_precision)
         if best is None:
             break
         out.append(best)
-        rules.append(best)
+        rules.append(compiled.get(name, best.candidate))
     return out
 
 
@@ -351,8 +401,9 @@ def _learn_field(
     if not train or not held:
         return FieldOutcome(None, [], len(with_value), len(train), len(held), "too few hosts")
     # those with the most pages first: a probe that read a whole site shows where values sit
-    # (the generic mapping sees many kinds of site: twice as many)
-    train = sorted(train, key=lambda p: -len(p.pages))[: MAX_TRAIN * (2 if generic else 1)]
+    # (the generic mapping sees many kinds of site: twice as many, taken in turn from each kind
+    # of first page, so that one kind of site does not fill the training set)
+    train = _diverse(train, MAX_TRAIN * (2 if generic else 1))
     held = held[:MAX_HELD_OUT]
     support: Counter[str] = Counter()
     found: dict[str, Candidate] = {}

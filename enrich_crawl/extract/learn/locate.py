@@ -186,7 +186,11 @@ def _deepest(elements: list[Any]) -> list[Any]:
     return out
 
 
-def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> list[Hit]:
+def find_hits(
+    facts: PageFacts, needles: list[str], *, parts: bool = True, words: bool = True
+) -> list[Hit]:
+    """Elements and attributes holding a needle, whole or (`parts`) as part of a longer text;
+    with `words`, a part must not be glued to letters or digits (a date may: `2024-03-05T10:00`)."""
     tree = facts.tree
     if tree is None:
         return []
@@ -216,7 +220,7 @@ def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> li
         if len(exact) < 8:  # a part of a longer text, even where a whole text holds it too
             for element in _deepest(_PART(tree, v=needle))[:12]:
                 text = clean_text(element.xpath("normalize-space(.)"))
-                if not word_in(needle, text):
+                if words and not word_in(needle, text):
                     continue  # "12" in "R000812" is no twelve
                 if len(text) <= MAX_PART_TEXT and (element, None) not in seen:
                     seen.add((element, None))
@@ -227,7 +231,7 @@ def find_hits(facts: PageFacts, needles: list[str], *, parts: bool = True) -> li
             text = clean_text(str(attr))
             if name in _NOISY_ATTRS or len(text) > MAX_PART_TEXT or (owner, name) in seen:
                 continue
-            if not word_in(needle, text):
+            if words and not word_in(needle, text):
                 continue
             seen.add((owner, name))
             hits.append(Hit(owner, name, text, needle))
@@ -250,10 +254,10 @@ def word_in(needle: str, text: str) -> bool:
         start = index + 1
 
 
-def value_on_page(facts: PageFacts, needles: list[str]) -> bool:
+def value_on_page(facts: PageFacts, needles: list[str], *, words: bool = True) -> bool:
     """Does the page's text hold one of the renderings of a value (cheap: no parse)?"""
     text = facts.plain_text()
-    return any(n and n in text and word_in(n, text) for n in needles)
+    return any(n and n in text and (not words or word_in(n, text)) for n in needles)
 
 
 def jsonld_paths(
@@ -638,7 +642,7 @@ def candidates_for(
             out[made.processors] = made
 
     conditions = page_types(facts, avoid)
-    for hit in find_hits(facts, needles):
+    for hit in find_hits(facts, needles, words=ftype != "date"):
         exact = hit.exact or (ftype == "date" and date_in(hit.text, str(known)))
         for expression, kind in element_selectors(facts, hit.element, hit.needle, avoid, scopes):
             if hit.attribute:
