@@ -54,11 +54,14 @@ setup(
             "ruff>=0.6",
             "requests>=2.31",
             "matplotlib>=3.8",
+            # the structured learning corpus reads its truth with a second extractor
+            "extruct>=0.16",
             f"dagster-celery=={DAGSTER_LIBS}",
             "redis>=5",
         ],
         "tests": [
             "pytest>=8",
+            "extruct>=0.16",
             "pytest-timeout>=2.3",
             "requests>=2.31",
             f"dagster-celery=={DAGSTER_LIBS}",

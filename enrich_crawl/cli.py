@@ -2,7 +2,10 @@
 
 enrich-crawl demo                                   the main job on the bundled demo
 enrich-crawl run --dataset SPEC.yaml [--mappings DIR]
+enrich-crawl run --dataset SPEC.yaml [--mappings DIR] --learn
 enrich-crawl mapping check [DIR]
+enrich-crawl mapping learn --dataset SPEC.yaml --out DIR [--mappings DIR] [--min-precision P]
+enrich-crawl mapping evaluate --dataset SPEC.yaml [--mappings DIR] [--sample N]
 enrich-crawl mapping test MAPPING --url URL | --file PAGE --base-url URL [--fragment F]
 enrich-crawl ui [--port P]                          the Dagster UI on the home's instance
 enrich-crawl mongo status|stop                      the embedded MongoDB of this instance
@@ -27,7 +30,12 @@ def _err(message: str) -> None:
 
 
 def _run(
-    spec_path: Path, mappings: Path | None, *, demo: bool = False, verbose: bool = False
+    spec_path: Path,
+    mappings: Path | None,
+    *,
+    demo: bool = False,
+    verbose: bool = False,
+    learn: bool = False,
 ) -> int:
     from enrich_crawl import config
     from enrich_crawl.preflight import PreflightError, preflight
@@ -55,6 +63,7 @@ def _run(
         verbose=verbose,
         mongo_uri=checked.mongo_uri,
         mongo_database=checked.mongo_database,
+        learn=learn or None,
     )
 
     counts, results = _run_counts(spec, checked.mongo_uri, enrich_crawl_hint("mongo stop"))
@@ -114,7 +123,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     return _run(
-        Path(args.dataset), Path(args.mappings) if args.mappings else None, verbose=args.verbose
+        Path(args.dataset),
+        Path(args.mappings) if args.mappings else None,
+        verbose=args.verbose,
+        learn=args.learn,
     )
 
 
@@ -172,6 +184,148 @@ def cmd_mapping_check(args: argparse.Namespace) -> int:
         return 1
     if not args.json:
         sys.stdout.write(f"{len(mappings)} valid mapping(s) in {target}\n")
+    return 0
+
+
+def _learning_setup(spec_path: str) -> tuple[object, object, list[Path]]:
+    """The spec, a FetchContext and the seed shards of `mapping learn|evaluate`: the table is
+    loaded and cleaned as `run` does (into a staging folder of its own), and the pages are
+    fetched with `run`'s identity, limiter and crawled-URL store. Raises ValueError (bad input)."""
+    from enrich_crawl import config
+    from enrich_crawl.dataset.load import DatasetError, prepare_dataset
+    from enrich_crawl.dataset.spec import SpecError, load_spec
+    from enrich_crawl.learning import FetchContext
+    from enrich_crawl.runner import ensure_dagster_home
+    from enrich_crawl.staging import DatasetStage
+    from enrich_crawl.store.mongo import resolve_uri
+
+    try:
+        spec = load_spec(spec_path)
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+    # the same home as `run` (its staging area and embedded MongoDB): the pages fetched here
+    # are the ones the next run finds in the crawled-URL store
+    ensure_dagster_home(initialise=False)
+    stage = DatasetStage(config.work_dir() / "_learn", spec.name)
+    try:
+        manifest = prepare_dataset(spec, stage, ["all"])
+    except (DatasetError, SpecError) as exc:
+        raise ValueError(str(exc)) from None
+    sys.stderr.write(
+        f"{spec.name}: {manifest['profile']['usable']} usable records in {spec.source}\n"
+    )
+    uri = resolve_uri(os.environ.get("MONGODB_URI") or None, config.work_dir() / "mongo")
+    ctx = FetchContext.from_environment(
+        stage.base / "collect",
+        uri,
+        os.environ.get("MONGODB_DB") or config.DEFAULT_DB,
+        log=lambda line: sys.stderr.write(line + "\n"),
+    )
+    return spec, ctx, [stage.seed_shard("all")]
+
+
+def _mappings_or_error(path: Path) -> object:
+    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
+
+    try:
+        return MappingSet.load(path)
+    except MappingLoadError as exc:
+        raise ValueError(f"{exc}\n(check them with: enrich-crawl mapping check {path})") from None
+
+
+def cmd_mapping_learn(args: argparse.Namespace) -> int:
+    """Learn mappings from the dataset's known values (SPEC 3b); exit 0 even when nothing could
+    be learned (the report says why), 2 on bad input."""
+    from enrich_crawl.learning import LearningError, learn_dataset
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        _err(f"--out {out}: exists and is not a folder")
+        return 2
+    if not 0 < args.min_precision <= 1:
+        _err(f"--min-precision {args.min_precision}: must be a share in (0, 1], e.g. 0.95")
+        return 2
+    if args.per_template < 1:
+        _err(f"--per-template {args.per_template}: must be at least 1")
+        return 2
+    given = Path(args.mappings) if args.mappings else None
+    try:
+        if given is not None:
+            _mappings_or_error(given)
+        spec, ctx, seeds = _learning_setup(args.dataset)
+        outcome = learn_dataset(
+            spec,
+            seeds,
+            out,
+            ctx,
+            given_dir=given,
+            min_precision=args.min_precision,
+            per_template=args.per_template,
+        )
+    except (LearningError, ValueError) as exc:
+        _err(str(exc))
+        return 2
+    except RuntimeError as exc:
+        _err(str(exc))
+        return 1
+    fetch = outcome.fetch
+    sys.stdout.write(
+        f"sampled {fetch['records_sampled']} records with known values "
+        f"({fetch['templates']} URL templates); pages fetched {fetch['pages_fetched']}, from "
+        f"the store {fetch['pages_from_store']}, robots.txt {fetch['robots_fetched']}\n"
+    )
+    for name, entry in (outcome.report.get("fields") or {}).items():
+        sys.stdout.write(f"  {name}: {_field_line(entry)}\n")
+    written = [p for p in outcome.files if p.name != "learn-report.json"]
+    sys.stdout.write(
+        f"{len(written)} learned mapping file(s) and learn-report.json in {out}\n"
+        + (
+            f"use them with: enrich-crawl run --dataset {args.dataset} --mappings {out}\n"
+            if written
+            else ""
+        )
+    )
+    return 0
+
+
+def _field_line(entry: object) -> str:
+    """One line of the learn report's entry of a field."""
+    if not isinstance(entry, dict):
+        return str(entry)
+    parts = [f"examples {entry.get('examples', 0)}"]
+    for mapping, outcome in sorted((entry.get("mappings") or {}).items()):
+        kept = (outcome or {}).get("kept")
+        if kept:
+            parts.append(
+                f"{mapping}: precision {kept.get('precision')}, recall {kept.get('recall')}"
+            )
+    if entry.get("why_nothing"):
+        parts.append(f"nothing learned: {entry['why_nothing']}")
+    return ", ".join(parts)
+
+
+def cmd_mapping_evaluate(args: argparse.Namespace) -> int:
+    """Agreement of mappings with the dataset's known values, as JSON (SPEC 3b)."""
+    from enrich_crawl import config
+    from enrich_crawl.learning import LearningError, evaluate_dataset
+
+    if args.sample < 1:
+        _err(f"--sample {args.sample}: must be at least 1 (records per mapping)")
+        return 2
+    mappings_dir = Path(args.mappings) if args.mappings else config.mappings_dir()
+    try:
+        mappings = _mappings_or_error(mappings_dir)
+        if not len(mappings):
+            raise ValueError(f"{mappings_dir}: no mappings (*.json) to evaluate")
+        spec, ctx, seeds = _learning_setup(args.dataset)
+        result = evaluate_dataset(spec, seeds, mappings, mappings_dir, ctx, per_mapping=args.sample)
+    except (LearningError, ValueError) as exc:
+        _err(str(exc))
+        return 2
+    except RuntimeError as exc:
+        _err(str(exc))
+        return 1
+    sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2, default=str) + "\n")
     return 0
 
 
@@ -440,6 +594,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", required=True, help="dataset spec YAML")
     run.add_argument("--mappings", help="mappings folder (default: ENRICH_MAPPINGS or mappings/)")
     run.add_argument("-v", "--verbose", action="store_true", help="show Dagster and crawl logs")
+    run.add_argument(
+        "--learn",
+        action="store_true",
+        help="learn mappings from the dataset's known values before crawling (as `learn: true`)",
+    )
     run.set_defaults(func=cmd_run)
 
     mapping = sub.add_parser("mapping", help="check or try mappings")
@@ -450,6 +609,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=cmd_mapping_check)
+    learn = msub.add_parser(
+        "learn", help="learn mappings from the values the dataset already holds (SPEC 3b)"
+    )
+    learn.add_argument("--dataset", required=True, help="dataset spec YAML")
+    learn.add_argument("--out", required=True, help="folder for the learned mappings and report")
+    learn.add_argument(
+        "--mappings", help="hand-written mappings: kept as they are, and they take precedence"
+    )
+    learn.add_argument(
+        "--min-precision",
+        type=float,
+        default=0.95,
+        help="held-out precision a rule needs to be kept (default 0.95)",
+    )
+    learn.add_argument(
+        "--per-template",
+        type=int,
+        default=40,
+        help="example records fetched per site template and field (default 40)",
+    )
+    learn.set_defaults(func=cmd_mapping_learn)
+    evaluate = msub.add_parser(
+        "evaluate", help="how well mappings agree with the dataset's known values, as JSON"
+    )
+    evaluate.add_argument("--dataset", required=True, help="dataset spec YAML")
+    evaluate.add_argument(
+        "--mappings", help="mappings folder (default: ENRICH_MAPPINGS or mappings/)"
+    )
+    evaluate.add_argument(
+        "--sample", type=int, default=10, help="records fetched per mapping (default 10)"
+    )
+    evaluate.set_defaults(func=cmd_mapping_evaluate)
     test = msub.add_parser("test", help="print the fields and links a mapping extracts, as JSON")
     test.add_argument("mapping", help="mapping JSON file (or a folder: every mapping that matches)")
     source = test.add_mutually_exclusive_group(required=True)

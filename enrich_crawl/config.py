@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +282,14 @@ class CrawlConfig:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A snapshot of the environment a crawl worker needs (passed explicitly to subprocesses)."""
+
+    user_agent: str = field(default_factory=user_agent)
+    allow_private: bool = field(default_factory=allow_private)
+    http_proxy: str | None = field(default_factory=http_proxy)
+    https_proxy: str | None = field(default_factory=https_proxy)
+    chromium: str = field(default_factory=chromium_path)

@@ -14,6 +14,7 @@ from enrich_crawl.defs.checks import CHECKS
 from enrich_crawl.defs.datasets import dataset_spec
 from enrich_crawl.defs.export import enriched_export
 from enrich_crawl.defs.jobs import enrich_job, register_datasets_job
+from enrich_crawl.defs.learn_checks import LEARN_CHECKS
 from enrich_crawl.defs.pipes import CrawlProcessClient
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -35,7 +36,7 @@ def _mongo() -> MongoResource:
 
 defs = dg.Definitions(
     assets=[*ASSETS, dataset_spec, enriched_export],
-    asset_checks=CHECKS,
+    asset_checks=[*CHECKS, *LEARN_CHECKS],
     jobs=[enrich_job, register_datasets_job],
     schedules=[nightly_enrich],
     sensors=[dataset_specs, dead_runs],

@@ -330,6 +330,7 @@ def run_enrich_job(
     verbose: bool = False,
     mongo_uri: str | None = None,
     mongo_database: str = "",
+    learn: bool | None = None,
 ) -> RunOutcome:
     """Execute enrich_job for one dataset in the current instance; blocks until it ends.
 
@@ -350,6 +351,8 @@ def run_enrich_job(
                 "config": {
                     "spec": str(spec.path),
                     "mappings": str(mappings_dir or config.mappings_dir()),
+                    # `run --learn`: learn mappings first, whatever the spec's `learn` says
+                    **({"learn": learn} if learn is not None else {}),
                 }
             },
             # the progress display and the summary say what matters; the full event log and the

@@ -122,6 +122,20 @@ class DatasetStage:
     def rejected(self) -> Path:
         return self.seed_dir / "rejected.jsonl"
 
+    # learned_mappings (SPEC 3b): the learned mapping files and learn-report.json, and the
+    # collecting crawls of learning and of the mapping_agreement check
+    @property
+    def learned_dir(self) -> Path:
+        return self.base / "learned"
+
+    @property
+    def learn_work(self) -> Path:
+        return self.base / "learn"
+
+    @property
+    def agreement_work(self) -> Path:
+        return self.base / "agreement"
+
     # crawl_results
     def crawl_dir(self, shard: str) -> Path:
         return self.base / "crawl" / shard

@@ -17,13 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Written by other branches of the same issue and linked from the README already; until they are
 # merged they may be missing. Remove this allow-list once all four exist.
-NOT_YET_MERGED = {
-    "docs/web-standards.md",
-    "docs/crash-recovery.md",
-    "docs/running.md",
-    "docs/learning.md",
-}
-
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _INLINE_CODE = re.compile(r"`+[^`]*`+")
 _LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -101,8 +94,7 @@ def broken_links(path: Path) -> list[str]:
             problems.append(f"{where}: points outside the repository")
             continue
         if not resolved.exists():
-            if relative not in NOT_YET_MERGED:
-                problems.append(f"{where}: no such file {relative}")
+            problems.append(f"{where}: no such file {relative}")
             continue
         if anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             problems.append(f"{where}: no heading #{anchor} in {relative}")
@@ -139,7 +131,7 @@ def test_the_readme_is_short_and_links_the_reference_docs():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 250
     linked = {target.split("#")[0] for _, target in links(REPO / "README.md")}
-    for name in sorted(p.name for p in (REPO / "docs").glob("*.md")) + sorted(NOT_YET_MERGED):
+    for name in sorted(p.name for p in (REPO / "docs").glob("*.md")):
         name = name.rsplit("/", 1)[-1]
         assert f"docs/{name}" in linked, f"README.md does not link docs/{name}"
     # the two commands of the quick start, as CI runs the second one

@@ -215,6 +215,23 @@ def test_join_skips_empty_values():
     assert run([P("xpath", expression="//none"), P("join")]) == []
 
 
+def test_join_with_no_separator_reads_text_as_a_reader_sees_it():
+    """A whitespace-only text node between two inline elements is the space a reader sees."""
+    page = "<p><code>Cmd <var>a</var> <var>b</var></code> <i>x</i>\n<i>y</i></p>"
+    assert run([P("xpath", expression="//code//text()"), P("join", separator="")], page) == [
+        "Cmd a b"
+    ]
+    assert run(
+        [
+            P("xpath", expression="//i/text() | //i/following-sibling::text()[1]"),
+            P("join", separator=""),
+        ],
+        page,
+    ) == ["x y"]
+    assert run([P("xpath", expression="//var//text()"), P("join", separator="")], page) == ["ab"]
+    assert run([P("xpath", expression="//code/text()[2]"), P("join", separator="")], page) == []
+
+
 def test_first_last_nth():
     li = P("xpath", expression="//li/text()")
     assert run([li, P("first")]) == ["One"]

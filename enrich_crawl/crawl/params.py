@@ -33,6 +33,11 @@ class WorkerParams:
     max_active_records: int = 2000
     progress_interval: float = 5.0
     log_level: str = "INFO"
+    # learned mappings (SPEC 3b) used beside `mappings_dir`, whose mappings take precedence
+    learned_mappings_dir: str | None = None
+    # a collecting crawl (enrich_crawl.crawl.collect.CollectConfig): keeps every page a record
+    # reaches, for learning and evaluating mappings; empty for an ordinary crawl
+    collect: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
     def crawl_config(self) -> CrawlConfig:

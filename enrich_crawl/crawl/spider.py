@@ -47,6 +47,7 @@ from enrich_crawl.contracts import (
     RecordOutcomeLine,
     crawl_outcome,
 )
+from enrich_crawl.crawl.collect import PageCollector
 from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.errors import reason_for_exception
 from enrich_crawl.crawl.frontier import (
@@ -223,6 +224,8 @@ class EnrichSpider(scrapy.Spider):
         self.feed_done = False  # every record of the shard was fed to the frontier
         self.idle_retries: Counter[str] = Counter()  # page key -> requests re-sent at idle
         self.final_stats: dict[str, Any] = {}
+        # learning and evaluating mappings: every page a record reaches is kept (collect.py)
+        self.collector = PageCollector.for_params(params)
 
     @classmethod
     def from_crawler(cls, crawler, *args: Any, **kwargs: Any) -> EnrichSpider:
@@ -288,7 +291,8 @@ class EnrichSpider(scrapy.Spider):
         self._progress_task = asyncio.ensure_future(self._progress_loop())
         for chunk in self._chunks():
             fresh: dict[str, set[str]] = {}
-            if self.state is not None and self.goal_directed:
+            # a collecting crawl wants the pages whatever the results collection holds
+            if self.state is not None and self.goal_directed and self.collector is None:
                 fresh = await self.state.fresh_fields(
                     self.params.dataset,
                     {r["_id"]: list(r["_missing"]) for r in chunk if r["_missing"]},
@@ -437,7 +441,13 @@ class EnrichSpider(scrapy.Spider):
     def _request(self, order: FetchOrder, doc: dict[str, Any] | None) -> scrapy.Request:
         meta: dict[str, Any] = {"page_key": order.key, "enrich_depth": order.depth}
         headers: dict[str, str] = {}
-        if doc is not None and not doc.get("reason") and self.config.store_pages:
+        # a collecting crawl wants the body: a 304 for a page stored without one is of no use
+        if (
+            doc is not None
+            and not doc.get("reason")
+            and self.config.store_pages
+            and (doc.get("body") is not None or self.collector is None)
+        ):
             if doc.get("etag"):
                 headers["If-None-Match"] = doc["etag"]
             if doc.get("last_modified"):
@@ -490,7 +500,8 @@ class EnrichSpider(scrapy.Spider):
         body = doc.get("body")
         if body is None:
             # known to feed nothing: still true unless a mapping now claims it for some waiter
-            if self.config.follow_all_links or not self.goal_directed:
+            # (a collecting crawl wants the body itself)
+            if self.config.follow_all_links or not self.goal_directed or self.collector:
                 return None
             for waiter in self.frontier.live_waiters(doc["_id"]):
                 url = doc.get("url") or doc["_id"]
@@ -585,7 +596,7 @@ class EnrichSpider(scrapy.Spider):
         True when the store keeps its body (this run finds it there again)."""
         if self.state is None or not self.config.store_pages:
             return False
-        keep_body = (useful or self.config.follow_all_links) and len(
+        keep_body = (useful or self.config.follow_all_links or self.collector is not None) and len(
             page.body
         ) <= self.config.max_stored_page_bytes
         headers = response.headers
@@ -756,6 +767,8 @@ class EnrichSpider(scrapy.Spider):
         if state is None:  # finished while this page was on its way
             return orders, useful
         url = page.url + (f"#{waiter.fragment}" if waiter.fragment else "")
+        if self.collector is not None:
+            self.collector.keep(waiter.record, page, fragment=waiter.fragment, depth=waiter.depth)
         mappings = [] if page.known_useless else self._matching(url)
         if mappings:
             useful = True
@@ -801,6 +814,18 @@ class EnrichSpider(scrapy.Spider):
                         priority=PRIORITY_PARSER_LINK,
                     )
                 )
+            if self.collector is not None:
+                links = self.collector.links(page, lambda u: self.policy.check(u) is None)
+                for link in links:
+                    orders.extend(
+                        self.frontier.want(
+                            waiter.record,
+                            link,
+                            depth=waiter.depth + 1,
+                            seed=waiter.seed,
+                            priority=PRIORITY_GENERIC_LINK,
+                        )
+                    )
             if self.config.follow_all_links or not self.goal_directed:
                 for link in self._generic_links(page):
                     orders.extend(
@@ -1189,6 +1214,8 @@ class EnrichSpider(scrapy.Spider):
             logger.exception("records never fed to the crawl could not be written")
         snapshot = self.snapshot()
         snapshot["finish_reason"] = reason
+        if self.collector is not None:
+            snapshot["collected"] = self.collector.close()
         self.out.close()
         self.pages.close()
         limiter = getattr(self.crawler.engine.downloader, "limiter", None)

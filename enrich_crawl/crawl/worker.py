@@ -42,6 +42,12 @@ def run_crawl(
         os.environ.pop("NO_PROXY", None)
     _arrow_returns_memory()
     mappings = MappingSet.load(params.mappings_dir, strict=False)
+    if params.learned_mappings_dir:
+        from enrich_crawl.learning import with_learned
+
+        mappings = with_learned(
+            mappings, MappingSet.load(params.learned_mappings_dir, strict=False)
+        )
     for error in mappings.errors:
         logging.getLogger(__name__).error("mapping skipped: %s", error)
     Path(params.out_dir).mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ _TOP_KEYS = {
     "stale",
     "format",
     "description",
+    "learn",
 }
 
 
@@ -71,6 +72,8 @@ class DatasetSpec:
     virtual_web: Path | None = None
     stale: StaleRule | None = None
     format: dict[str, Any] = field(default_factory=dict)
+    # learn mappings from the dataset's known values before crawling (SPEC 3b)
+    learn: bool = False
 
     @property
     def source_format(self) -> str:
@@ -91,6 +94,7 @@ class DatasetSpec:
             "crawl": self.crawl.to_dict(),
             "virtual_web": str(self.virtual_web) if self.virtual_web else None,
             "format": dict(self.format),
+            "learn": self.learn,
             "stale": None
             if self.stale is None
             else {
@@ -300,6 +304,9 @@ def _parse_spec(path: Path, content: bytes) -> DatasetSpec:
         stale = StaleRule(rule["column"], float(days), stale_fields)
 
     fmt = _format_options(path, raw.get("format") or {})
+    learn = raw.get("learn", False)
+    if not isinstance(learn, bool):
+        raise _fail(path, "learn", f"expected true or false, got {learn!r}")
 
     return DatasetSpec(
         path=path,
@@ -313,4 +320,5 @@ def _parse_spec(path: Path, content: bytes) -> DatasetSpec:
         virtual_web=virtual_web,
         stale=stale,
         format=dict(fmt),
+        learn=learn,
     )

@@ -1,9 +1,11 @@
-"""The asset chain: seed_dataset -> crawl_results (partitioned) -> resolved_fields -> enriched_records.
+"""The asset chain: seed_dataset -> learned_mappings -> crawl_results (partitioned) -> resolved_fields
+-> enriched_records.
 
 Wiring only: the work is done by enrich_crawl.dataset, .crawl (in a subprocess per shard, through
 Dagster Pipes), .resolve and .store.
 """
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -13,12 +15,14 @@ from enrich_crawl import config
 from enrich_crawl.defs.crawl_ops import crawl_shard, plan_crawl_shards, summarize_crawl
 from enrich_crawl.defs.partitions import SHARD_KEYS, shards
 from enrich_crawl.defs.resources import (
+    CrawlerResource,
     DatasetResource,
     MongoResource,
     StagingResource,
 )
 
 GROUP = "enrich"
+WEB_RETRY = dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL)
 
 
 def _markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -70,6 +74,103 @@ def seed_dataset(
     return dg.MaterializeResult(metadata=metadata)
 
 
+@dg.asset(
+    group_name=GROUP,
+    kinds={"python"},
+    deps=[seed_dataset],
+    retry_policy=WEB_RETRY,
+    description="Mappings learned from the dataset's known values (spec key `learn: true`): a "
+    "bounded sample of records' pages fetched politely, rules kept above the precision bar.",
+)
+def learned_mappings(
+    context: dg.AssetExecutionContext,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    crawler: CrawlerResource,
+    mongo: MongoResource,
+) -> dg.MaterializeResult:
+    """Mappings learned from the dataset's known values (when the spec says `learn: true`)."""
+    from enrich_crawl.extract.mapping import MappingLoadError
+    from enrich_crawl.learning import FetchContext, learn_dataset, learned_fields
+    from enrich_crawl.staging import read_json
+
+    spec = dataset.load()
+    stage = staging.stage(spec.name)
+    if not spec.learn:
+        return dg.MaterializeResult(
+            metadata={"learning": "off (spec key `learn` is false)", "mappings_learned": 0}
+        )
+    env = crawler.environment()
+    ctx = FetchContext(
+        work_dir=stage.learn_work,
+        mongo_uri=mongo.effective_uri(),
+        mongo_db=mongo.database_name(),
+        user_agent=env["user_agent"],
+        proxy=env["proxy"],
+        allow_private=env["allow_private"],
+        run_id=context.run_id,
+        log=context.log.info,
+    )
+    shards = sorted(read_json(stage.seed_manifest).get("shards") or {})
+    try:
+        outcome = learn_dataset(
+            spec,
+            [stage.seed_shard(key) for key in shards],
+            stage.learned_dir,
+            ctx,
+            given_dir=dataset.mappings_dir(),
+        )
+    except MappingLoadError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    fields = learned_fields(outcome.mappings)
+    rows, numbers = [], {}
+    for name in spec.fields:
+        best = (fields.get(name) or [{}])[0]
+        examples = int(((outcome.report.get("fields") or {}).get(name) or {}).get("examples") or 0)
+        numbers[f"precision/{name}"] = float(best.get("precision") or 0.0)
+        numbers[f"recall/{name}"] = float(best.get("recall") or 0.0)
+        numbers[f"examples/{name}"] = examples
+        rule = best.get("rule")
+        rows.append(
+            [
+                name,
+                examples,
+                best.get("precision", "-"),
+                best.get("recall", "-"),
+                best.get("mapping", "-"),
+                f"`{json.dumps(rule)[:200]}`" if rule else _why_not(outcome.report, name),
+            ]
+        )
+    fetch = outcome.fetch
+    context.log.info(
+        f"learned {len(outcome.mappings)} mapping(s) for {len(fields)} of {len(spec.fields)} "
+        f"field(s) from {fetch['records_sampled']} records ({fetch['pages_fetched']} pages fetched)"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "learning": "on",
+            "mappings_learned": len(outcome.mappings),
+            "fields_learned": len(fields),
+            "records_sampled": fetch["records_sampled"],
+            "pages_fetched": fetch["pages_fetched"],
+            "pages_fetched_per_record": fetch["pages_fetched_per_record"],
+            "learned_dir": dg.MetadataValue.path(str(stage.learned_dir)),
+            **numbers,
+            "fields": dg.MetadataValue.md(
+                _markdown_table(
+                    ["field", "examples", "precision", "recall", "mapping", "rule"], rows
+                )
+            ),
+        }
+    )
+
+
+def _why_not(report: dict[str, Any], name: str) -> str:
+    entry = (report.get("fields") or {}).get(name) or {}
+    why = entry.get("why_nothing")
+    return f"nothing learned: {why}" if why else "nothing learned"
+
+
 # -- crawl_results: one crawl process per shard, fanned out as parallel steps (crawl_ops.py) -
 
 
@@ -78,12 +179,16 @@ def seed_dataset(
     kinds={"scrapy"},
     partitions_def=shards,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    ins={"seed_dataset": dg.AssetIn(dagster_type=dg.Nothing)},
+    ins={
+        "seed_dataset": dg.AssetIn(dagster_type=dg.Nothing),
+        "learned_mappings": dg.AssetIn(dagster_type=dg.Nothing),
+    },
     description="The depth-limited crawls of the shards and the pages' extracted candidates.",
 )
-def crawl_results(seed_dataset):
+def crawl_results(seed_dataset, learned_mappings):
     """The depth-limited crawls of the shards and the pages' extracted candidates."""
-    return summarize_crawl(plan_crawl_shards(seed_dataset).map(crawl_shard).collect())
+    shards = plan_crawl_shards(seed_dataset=seed_dataset, learned_mappings=learned_mappings)
+    return summarize_crawl(shards.map(crawl_shard).collect())
 
 
 @dg.asset(
@@ -298,4 +403,4 @@ def enriched_records(
     )
 
 
-ASSETS = [seed_dataset, crawl_results, resolved_fields, enriched_records]
+ASSETS = [seed_dataset, learned_mappings, crawl_results, resolved_fields, enriched_records]

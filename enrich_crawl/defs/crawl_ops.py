@@ -83,8 +83,13 @@ def crawl_budget(
     return min(budgets) if budgets else None
 
 
-@dg.op(out=dg.DynamicOut(str), ins={"seed_dataset": dg.In(dg.Nothing)})
-def plan_crawl_shards(context: dg.OpExecutionContext, dataset: DatasetResource):
+@dg.op(
+    out=dg.DynamicOut(str),
+    ins={"seed_dataset": dg.In(dg.Nothing), "learned_mappings": dg.In(dg.Nothing)},
+)
+def plan_crawl_shards(
+    context: dg.OpExecutionContext, dataset: DatasetResource, staging: StagingResource
+):
     """One dynamic output per shard of the run's partitions, once the mappings are known valid.
 
     An invalid mapping is refused here, before any crawl starts, with its file,
@@ -96,6 +101,9 @@ def plan_crawl_shards(context: dg.OpExecutionContext, dataset: DatasetResource):
     mappings_dir = dataset.mappings_dir()
     try:
         MappingSet.load(mappings_dir)
+        learned = learned_dir_of(dataset, staging)
+        if learned is not None:
+            MappingSet.load(learned)
     except MappingLoadError as exc:
         raise dg.Failure(
             description=f"{exc}\nNo shard was crawled. Fix the mappings (check them with: "
@@ -108,6 +116,15 @@ def plan_crawl_shards(context: dg.OpExecutionContext, dataset: DatasetResource):
         ) from None
     for key in context.partition_keys:
         yield dg.DynamicOutput(key, mapping_key=key)
+
+
+def learned_dir_of(dataset: DatasetResource, staging: StagingResource):
+    """The learned mappings the crawl uses beside the given ones (spec key `learn`), or None."""
+    from enrich_crawl.learning import has_mappings
+
+    spec = dataset.load()
+    learned = staging.stage(spec.name).learned_dir
+    return learned if spec.learn and has_mappings(learned) else None
 
 
 @dg.op(
@@ -178,6 +195,9 @@ def crawl_shard(
         max_active_records=crawler.max_active_records,
         log_level=crawler.log_level,
     )
+    learned = learned_dir_of(dataset, staging)
+    if learned is not None:
+        params.learned_mappings_dir = str(learned)
     try:
         with contextlib.ExitStack() as stack:
             if spec.virtual_web is not None:

@@ -35,13 +35,24 @@ class DatasetResource(dg.ConfigurableResource):
         "(unset: only the one configured dataset).",
     )
 
+    learn: bool | None = Field(
+        default=None,
+        description="Learn mappings from the dataset's known values before crawling; default: "
+        "the spec's `learn` key (`enrich-crawl run --learn` sets it for one run).",
+    )
+
     def spec_path(self) -> Path:
         return (
             Path(self.spec).expanduser().resolve() if self.spec else config.default_dataset_spec()
         )
 
     def load(self) -> DatasetSpec:
-        return load_spec(self.spec_path())
+        spec = load_spec(self.spec_path())
+        if self.learn is not None and self.learn != spec.learn:
+            import dataclasses
+
+            spec = dataclasses.replace(spec, learn=self.learn)
+        return spec
 
     def mappings_dir(self) -> Path:
         return (
@@ -246,6 +257,32 @@ class QualityResource(dg.ConfigurableResource):
     )
     max_rejected_rate: float = Field(
         default=0.2, description="Highest acceptable share of input rows rejected by the seed."
+    )
+
+    min_learned_precision: float = Field(
+        default=0.95,
+        description="Lowest held-out precision of a learned rule (check learned_precision).",
+    )
+    min_mapping_agreement: float = Field(
+        default=0.9,
+        description="Lowest share of a mapping's values that equal the known ones, per field "
+        "(check mapping_agreement).",
+    )
+    min_mapping_disagreements: int = Field(
+        default=2,
+        description="Wrong values a mapping must give on a field before mapping_agreement fails "
+        "(one odd known value is not a broken mapping).",
+    )
+    agreement_sample: int = Field(
+        default=5,
+        description="Records per mapping and field fetched by the check mapping_agreement "
+        "(0: off).",
+    )
+    agreement_max_records: int = Field(
+        default=40, description="Records in all fetched by the check mapping_agreement."
+    )
+    agreement_time_budget_seconds: float = Field(
+        default=600.0, description="Time budget of the check mapping_agreement's crawl."
     )
 
     def resolution_threshold(self, field: str) -> float:

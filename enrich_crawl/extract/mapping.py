@@ -261,8 +261,16 @@ def compile_mapping(raw: Any, path: Path | None = None) -> Mapping:
     )
 
 
+NOT_MAPPINGS = ("learn-report.json",)  # written beside learned mappings (SPEC 3b)
+
+
 def mapping_files(directory: Path) -> list[Path]:
-    return sorted(p for p in Path(directory).glob("*.json") if not p.name.endswith(".schema.json"))
+    """The mapping files of a folder: its `*.json` but JSON Schemas and learn reports."""
+    return sorted(
+        p
+        for p in Path(directory).glob("*.json")
+        if not p.name.endswith(".schema.json") and p.name not in NOT_MAPPINGS
+    )
 
 
 class MappingSet:

@@ -917,12 +917,27 @@ def _split(params: dict[str, Any], where: str) -> Fn:
 
 @processor("join", params={"separator": _desc(_STR, "default ' '")}, kind="list")
 def _join(params: dict[str, Any], where: str) -> Fn:
-    """Join all values into one string with `separator` (default ' '); empty values skipped."""
+    """Join all values into one string with `separator` (default ' '); empty values skipped. With
+    separator '' the text reads as a reader sees it: a whitespace-only value between two others
+    (the space between two inline elements, `<var>a</var> <var>b</var>`) is kept as one space."""
     separator = params.get("separator", " ")
 
     def run(values: list[Any], ctx: Context) -> list[Any]:
-        texts = [t for t in _strings(values, ctx) if t.strip()]
-        return [separator.join(texts)] if texts else []
+        texts = _strings(values, ctx)
+        if separator:
+            kept = [t for t in texts if t.strip()]
+            return [separator.join(kept)] if kept else []
+        out: list[str] = []
+        gap = False  # a whitespace-only run since the last text: it separates two words
+        for text in texts:
+            if not text.strip():
+                gap = gap or bool(text)
+                continue
+            if gap and out and not out[-1][-1:].isspace() and not text[:1].isspace():
+                out.append(" ")
+            gap = False
+            out.append(text)
+        return ["".join(out)] if out else []
 
     return run
 

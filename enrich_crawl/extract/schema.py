@@ -93,8 +93,42 @@ def build_schema() -> dict[str, Any]:
                 "minLength": 1,
                 "description": "CSS selector the browser waits for (render js/auto)",
             },
+            "learned": {"$ref": "#/$defs/learned"},
         },
         "$defs": {
+            "learned": {
+                "type": "object",
+                "description": (
+                    "how a learned mapping was learned (`enrich-crawl mapping learn`): the "
+                    "example records, the held-out precision and recall of each field's rule, "
+                    "when; informative only, the engine ignores it"
+                ),
+                "required": ["examples", "learned_at"],
+                "properties": {
+                    "examples": {"type": "integer", "minimum": 0},
+                    "learned_at": {"type": "string", "description": "ISO 8601 date-time"},
+                    "precision": {
+                        "type": "object",
+                        "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
+                        "description": "field -> held-out precision of its rule",
+                    },
+                    "recall": {
+                        "type": "object",
+                        "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1},
+                        "description": "field -> held-out recall of its rule",
+                    },
+                    "held_out": {
+                        "type": "object",
+                        "additionalProperties": {"type": "integer", "minimum": 0},
+                        "description": "field -> held-out examples its rule was judged on",
+                    },
+                    "rules": {
+                        "type": "object",
+                        "additionalProperties": string,
+                        "description": "field -> kind of rule (label, id, class, meta, jsonld...)",
+                    },
+                },
+            },
             "url_pattern": {
                 "type": ["object", "string"],
                 "minLength": 1,
