@@ -61,6 +61,17 @@ def https_proxy() -> str | None:
     return os.environ.get("https_proxy") or os.environ.get("HTTPS_PROXY") or http_proxy()
 
 
+def proxy_urls() -> list[str]:
+    """Every proxy the environment names (either spelling of http_proxy and https_proxy)."""
+    names = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+    return [value for value in (os.environ.get(name) for name in names) if value]
+
+
+def mongodb_uri() -> str | None:
+    """MONGODB_URI: the results database (None: not set)."""
+    return os.environ.get("MONGODB_URI") or None
+
+
 def shard_count() -> int:
     raw = os.environ.get("ENRICH_SHARDS", "").strip()
     if not raw:

@@ -12,7 +12,6 @@ proxy's own host is exempt, and literal internal IPs in URLs are refused by the 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -20,14 +19,12 @@ from scrapy.resolver import CachingThreadedResolver
 from twisted.internet import defer
 from twisted.internet.error import DNSLookupError
 
+from enrich_crawl import config
 from enrich_crawl.crawl.errors import PRIVATE_MARK, PRIVATE_NAMES
 from enrich_crawl.urls import private_ip
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-
-
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 
 
 class PrivateAddressRefused(DNSLookupError):
@@ -54,7 +51,7 @@ class PrivateRefusingResolver(CachingThreadedResolver):
         cache_size = settings.getint("DNSCACHE_SIZE") if settings.getbool("DNSCACHE_ENABLED") else 0
         exempt = set()
         proxies = [settings.get("ENRICH_PROXY") or ""]
-        proxies += [os.environ.get(n, "") for n in PROXY_VARIABLES]
+        proxies += config.proxy_urls()
         for proxy in filter(None, proxies):
             host = urlsplit(proxy if "://" in proxy else f"http://{proxy}").hostname
             if host:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from enrich_crawl import config
 from enrich_crawl.crawl.params import WorkerParams
 
 RUN_LOG_PROGRESS_SECONDS = 60.0  # at most one progress line a minute in the Dagster run's log
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.params:
         params = WorkerParams.from_dict(json.loads(Path(args.params).read_text("utf-8")))
         if params.mongo_uri is None:
-            params.mongo_uri = os.environ.get("MONGODB_URI")
+            params.mongo_uri = config.mongodb_uri()
         log = logging.getLogger("enrich_crawl.worker")
         stats = run_crawl(params, progress=lambda s: log.info(_format_progress(s)))
         print(json.dumps(stats))
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     with open_dagster_pipes() as pipes:
         params = WorkerParams.from_dict(pipes.extras["params"])
         if params.mongo_uri is None:
-            params.mongo_uri = os.environ.get("MONGODB_URI")
+            params.mongo_uri = config.mongodb_uri()
 
         # progress.json follows the crawl every few seconds (what `enrich-crawl run` shows); the
         # run's log gets a line at most every RUN_LOG_PROGRESS_SECONDS: each line is an event
