@@ -8,7 +8,8 @@ For each corpus (`enrich_crawl.testing.learn_corpora`, ~30% of each field's cell
 
 1. Examples: the records with a known value, sampled per template (host + first path segment)
    until each field has `--examples-per-template` examples; the long tail (templates with fewer
-   than 4 example records) two per template, `--tail-examples` in all. Pages are read from the
+   than 4 example records) two per template, `--tail-examples` in all; their known cells as the
+   table writes them (the learner reads them as the dataset loader does). Pages are read from the
    corpus's web folder as the crawler gets them (path rules, robots.txt, dead hosts). Where the
    crawl depth is >= 1, a probe of a few records per template reads every same-host link within the
    depth; the learner learns from those, and the other examples' deeper pages are then read
@@ -102,7 +103,9 @@ def examples_for(corpus, source, ids, *, wide: bool, mappings=None) -> list[Exam
             record_id=record_id,
         )
         if pages:
-            out.append(Example(record_id, dict(corpus.known[record_id]), pages))
+            # the cells as the table writes them (" 1,200 ", "BERLIN"): the learner reads them
+            # the way the dataset loader does
+            out.append(Example(record_id, dict(corpus.cells[record_id]), pages))
     return out
 
 

