@@ -187,9 +187,33 @@ def test_secrets_come_from_the_environment_only():
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("True "), result.stdout
     assert "EnvOnly-S3cret" not in result.stdout + result.stderr
+    # the instance file names no PostgreSQL setting at all: the storage class reads every one of
+    # them from the environment when the instance starts
     text = (REPO / "dagster.yaml").read_text("utf-8")
-    for key in ("hostname", "port", "username", "password", "db_name"):
-        assert f"{key}:\n        env: DAGSTER_PG_" in text, key
+    config_lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    for key in ("hostname", "username", "password", "db_name", "postgres_url"):
+        assert not any(f"{key}:" in line for line in config_lines), key
+    probe = (
+        "from enrich_crawl import config\n"
+        "print(sorted((config.postgres_settings() or {}).items()))\n"
+    )
+    pg = {
+        "DAGSTER_PG_HOST": "pg.example",
+        "DAGSTER_PG_PORT": "6543",
+        "DAGSTER_PG_USER": "enrich",
+        "DAGSTER_PG_PASSWORD": "Pg-S3cret",
+        "DAGSTER_PG_DB": "dagster",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=product_env(**pg),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == repr(sorted(pg.items())), result.stdout
 
 
 def test_the_ui_listens_on_loopback_by_default(tmp_path, mongo_server):
