@@ -3,29 +3,8 @@ spec key, not a test helper); this name keeps working for tests and `python -m` 
 
 import sys
 
-from enrich_crawl.virtualweb import (
-    HostConfig,
-    VirtualWeb,
-    WebHandle,
-    guess_content_type,
-    main,
-    normalize_host,
-    read_log,
-    requests_by_host,
-    running_web,
-)
-
-__all__ = [
-    "HostConfig",
-    "VirtualWeb",
-    "WebHandle",
-    "guess_content_type",
-    "main",
-    "normalize_host",
-    "read_log",
-    "requests_by_host",
-    "running_web",
-]
+from enrich_crawl.virtualweb import *  # noqa: F403  (the same names, one list of them)
+from enrich_crawl.virtualweb import __all__, main  # noqa: F401
 
 if __name__ == "__main__":
     sys.exit(main())
