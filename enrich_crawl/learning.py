@@ -90,7 +90,8 @@ def sample_for_learning(
     than `per_template` examples in the record's site template (template_key of its first URL),
     at most `per_domain` records of one registrable domain and `max_records` in all. The
     `yes_no` (boolean) fields count each answer apart, up to half of `per_template` each: the
-    rare answer (a deprecated module among hundreds) is what teaches where the answer shows."""
+    rare answer (a deprecated module among hundreds) is what teaches where the answer shows, so
+    a record bringing an answer still short of examples is taken beyond `per_domain` too."""
     fields = list(fields)
     yes_no = set(yes_no)
     half = max(1, per_template // 2)
@@ -104,13 +105,16 @@ def sample_for_learning(
             continue
         template = template_key(urls[0])
         domain = _domain(urls[0])
-        if per_site[domain] >= per_domain:
-            continue
         keys = [
             (template, name, str(value).lower()) if name in yes_no else (template, name)
             for name, value in known.items()
         ]
-        if all(per_field[key] >= (half if len(key) == 3 else per_template) for key in keys):
+        wanted = [k for k in keys if per_field[k] < (half if len(k) == 3 else per_template)]
+        if not wanted:
+            continue
+        # a yes/no answer still short of examples passes the domain's cap: on a one-domain
+        # dataset the rare answer (4 deprecated modules, late in the file) comes after it
+        if per_site[domain] >= per_domain and not any(len(k) == 3 for k in wanted):
             continue
         per_field.update(keys)
         per_site[domain] += 1
@@ -308,13 +312,15 @@ def collect_pages(
     links_per_page: int = 0,
     phase: str = "crawl",
     depth: int | None = None,
+    sought: Iterable[str] = (),
 ) -> Collected:
     """Fetch the pages the sampled records' URLs lead to (within the dataset's crawl depth) with
     the crawl worker in collecting mode; the pages are kept in the crawled-URL store too.
     Links followed: the mappings' url_parsers, plus `links_per_page` same-host links of each
     page (a probe of sites whose links no mapping knows yet). `phase` names the files of this
-    crawl in the work folder (`<phase>/`, `<phase>.parquet`, the request log)."""
-    from enrich_crawl.crawl.collect import CollectConfig, read_collected
+    crawl in the work folder (`<phase>/`, `<phase>.parquet`, the request log). `sought`: the
+    fields the links are followed for (links naming them come first)."""
+    from enrich_crawl.crawl.collect import CollectConfig, field_words, read_collected
     from enrich_crawl.crawl.params import WorkerParams
 
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -347,7 +353,9 @@ def collect_pages(
         allow_private=ctx.allow_private,
         mongo_uri=ctx.mongo_uri,
         mongo_db=ctx.mongo_db,
-        collect=CollectConfig(links_per_page=links_per_page).to_dict(),
+        collect=CollectConfig(
+            links_per_page=links_per_page, field_words=field_words(sought)
+        ).to_dict(),
         learned_mappings_dir=str(learned_dir) if has_mappings(learned_dir) else None,
         log_level="WARNING",
     )
@@ -604,7 +612,13 @@ def learn_dataset(
         # learning on them gives the url_parsers, and the other records follow those only
         probes, others = split_probes(wanting)
         probed = collect_pages(
-            spec, probes, given_used, ctx, links_per_page=PROBE_LINKS, phase="probe"
+            spec,
+            probes,
+            given_used,
+            ctx,
+            links_per_page=PROBE_LINKS,
+            phase="probe",
+            sought=sorted(deeper),
         )
         crawls.append(probed.stats)
         _add_pages(pages, probed.pages)

@@ -245,3 +245,52 @@ def test_spec_key_learn_and_the_run_override(tmp_path):
     assert DatasetResource(spec=str(plain.spec_path), learn=True).load().learn is True
     assert DatasetResource(spec=str(built.spec_path), learn=False).load().learn is False
     assert DatasetResource(spec=str(built.spec_path)).load().learn is True
+
+
+def test_sampling_takes_a_rare_yes_no_answer_beyond_the_domains_cap():
+    # one domain, the 4 "yes" records at the end of the file: the domain's cap (per_domain) is
+    # reached long before them, and without them no yes/no rule can be learned
+    records = [
+        {
+            "_id": f"r{n}",
+            "_urls": [f"http://docs.test/lib/{n}.html"],
+            "_data": {"title": f"T{n}", "deprecated": n >= 96},
+        }
+        for n in range(100)
+    ]
+    sample = sample_for_learning(
+        records, ["title", "deprecated"], per_template=40, per_domain=40, yes_no=["deprecated"]
+    )
+    assert sum(s.known["deprecated"] for s in sample) == 4
+    assert len(sample) == 44  # the cap still holds for everything else
+
+
+def test_probe_links_go_first_to_the_pages_naming_sought_fields_then_about_the_entity(
+    tmp_path: Path,
+):
+    from enrich_crawl.crawl.collect import CollectConfig, PageCollector, field_words
+    from enrich_crawl.extract.page import Page
+
+    nav = "".join(f'<a href="blog/post-{n}.html">Post {n}</a>' for n in range(8))
+    html = (
+        "<html><body>"
+        f'<a href="blog/index.html?tag=news">#news</a>{nav}'
+        '<a href="products.html">Products</a><a href="team.html">Team</a>'
+        '<a href="https://other.test/about.html">About them</a>'
+        '<a href="legal.html">Registered company details</a>'
+        '<a href="vat.html">VAT number</a><a href="team.html">Our people</a>'
+        "</body></html>"
+    )
+    page = Page("http://org.test/", html, content_type="text/html")
+    assert field_words(["vat_id", "ceo"]) == ("vat", "ceo")
+    collector = PageCollector(tmp_path, CollectConfig(links_per_page=4, field_words=("vat", "ceo")))
+    try:
+        links = collector.links(page, lambda url: "post-0" not in url)  # the URL policy
+    finally:
+        collector.close()
+    assert links == [
+        "http://org.test/vat.html",  # names a sought field
+        "http://org.test/team.html",  # about the entity, in document order
+        "http://org.test/legal.html",
+        "http://org.test/blog/post-1.html",  # then the others allowed, without a query
+    ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,15 +35,57 @@ class CollectConfig:
 
     # same-host links a page offers for the next depth when no mapping's url_parser does
     links_per_page: int = 10
+    # words of the fields sought (`vat_id` -> vat): links naming them are offered first
+    field_words: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> CollectConfig | None:
         if not data:
             return None
-        return cls(links_per_page=int(data.get("links_per_page", cls.links_per_page)))
+        return cls(
+            links_per_page=int(data.get("links_per_page", cls.links_per_page)),
+            field_words=tuple(str(w) for w in data.get("field_words") or ()),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"links_per_page": self.links_per_page}
+        return {"links_per_page": self.links_per_page, "field_words": list(self.field_words)}
+
+
+# Words of links to the pages where a site tells about the record's entity itself (who runs
+# it, its registration, its people): the pages that hold the fields a record's own page lacks.
+# Links to lists of posts, products, jobs, sorted or tagged views come after them.
+ENTITY_PAGE_WORDS = frozenset(
+    [
+        "about",
+        "team",
+        "people",
+        "staff",
+        "leadership",
+        "management",
+        "board",
+        "company",
+        "imprint",
+        "impressum",
+        "legal",
+        "registration",
+        "registered",
+        "contact",
+        "profile",
+        "details",
+        "who",
+    ]
+)
+_WORD = re.compile(r"[a-z]+")
+
+
+def field_words(names: Any) -> tuple[str, ...]:
+    """The words of field names (`vat_id` -> vat; `id` and one-letter words say nothing)."""
+    out: list[str] = []
+    for name in names:
+        for word in _WORD.findall(str(name).lower()):
+            if len(word) > 2 and word not in out:
+                out.append(word)
+    return tuple(out)
 
 
 def _site(url: str) -> str:
@@ -99,8 +142,12 @@ class PageCollector:
         self.lines.write(json.dumps(line, ensure_ascii=False) + "\n")
 
     def links(self, page: Any, allowed: Any) -> list[str]:
-        """Up to `links_per_page` links of `page` to other pages of its own host, in document
-        order, that `allowed(url)` accepts (the crawl's URL policy)."""
+        """Up to `links_per_page` links of `page` to other pages of its own host that
+        `allowed(url)` accepts (the crawl's URL policy): first those whose URL or text names a
+        sought field, then those to the pages about the entity itself (ENTITY_PAGE_WORDS), then
+        the others without a query string, then the rest; in document order within each rank.
+        The budget then goes to the pages likely to hold what the record's own page lacks,
+        not to a blog's tag views."""
         from enrich_crawl.urls import normalise_link, page_key
 
         tree = getattr(page, "tree", None)
@@ -108,11 +155,24 @@ class PageCollector:
             return []
         site = _site(page.url)
         here = page_key(page.url)
-        out: list[str] = []
-        for href in tree.xpath("//a/@href"):
-            url, _ = normalise_link(urljoin(page.base_url, str(href).strip()))
-            if url is None or url in out or page_key(url) == here or _site(url) != site:
+        sought = set(self.config.field_words)
+        ranked: dict[str, int] = {}
+        for anchor in tree.xpath("//a[@href]"):
+            url, _ = normalise_link(urljoin(page.base_url, str(anchor.get("href")).strip()))
+            if url is None or page_key(url) == here or _site(url) != site:
                 continue
+            parts = urlsplit(url)
+            words = set(_WORD.findall(f"{parts.path} {anchor.text_content()}".lower()))
+            if words & sought:
+                rank = 0
+            elif words & ENTITY_PAGE_WORDS:
+                rank = 1
+            else:
+                rank = 2 if not parts.query else 3
+            if rank < ranked.get(url, 4):
+                ranked[url] = rank
+        out: list[str] = []
+        for url in sorted(ranked, key=ranked.__getitem__):  # stable: document order in a rank
             if allowed(url):
                 out.append(url)
                 if len(out) >= self.config.links_per_page:

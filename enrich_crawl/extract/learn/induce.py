@@ -228,6 +228,15 @@ def _diverse(items: list[Prepared], limit: int) -> list[Prepared]:
     return out
 
 
+def _both_answers(train: list[Prepared], name: str, limit: int) -> list[Prepared]:
+    """Up to `limit` training examples of a yes/no field, the rarer answer's kept first (up to
+    half): four deprecated modules among forty must all reach training, or nothing is learned."""
+    by_answer = {a: [p for p in train if p.values[name] is a] for a in (True, False)}
+    rare, common = sorted(by_answer.values(), key=len)
+    kept = _diverse(rare, max(1, limit // 2))
+    return kept + _diverse(common, limit - len(kept))
+
+
 def _field_examples(items: list[Prepared], name: str) -> list[Prepared]:
     return [p for p in items if name in p.values]
 
@@ -403,7 +412,11 @@ def _learn_field(
     # those with the most pages first: a probe that read a whole site shows where values sit
     # (the generic mapping sees many kinds of site: twice as many, taken in turn from each kind
     # of first page, so that one kind of site does not fill the training set)
-    train = _diverse(train, MAX_TRAIN * (2 if generic else 1))
+    limit = MAX_TRAIN * (2 if generic else 1)
+    if ftype == "boolean":
+        train = _both_answers(train, name, limit)
+    else:
+        train = _diverse(train, limit)
     held = held[:MAX_HELD_OUT]
     support: Counter[str] = Counter()
     found: dict[str, Candidate] = {}
