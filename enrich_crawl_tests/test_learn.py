@@ -20,7 +20,8 @@ from enrich_crawl.extract.learn import (
     same_value,
     write_learned,
 )
-from enrich_crawl.extract.mapping import MappingSet
+from enrich_crawl.extract.mapping import MappingSet, compile_mapping, run_mapping
+from enrich_crawl.extract.page import Page
 from enrich_crawl.testing import pydocs
 from enrich_crawl.testing.learn_corpora import (
     PageSource,
@@ -166,7 +167,27 @@ def test_structured_corpus_learns_one_generic_cross_site_mapping(structured_lear
     assert generic and generic[0]["priority"] < 0
     assert generic[0]["url_patterns"][0]["pattern"] == "^https?://[^/]+/[^#]*(?:#.*)?$"
     rules = _rules(generic[0])
-    assert rules["title"][0]["parameters"]["expression"] == "//meta[@property='og:title']/@content"
+    assert (
+        rules["title"][0]["parameters"]["expression"]
+        == "(//meta[@property='og:title']/@content)[$fragment = '']"
+    )
+    # a whole-page rule says nothing of one record among many: on a page reached with a
+    # #fragment (a listing with one section per record) it yields nothing, not the page's title
+    title = compile_mapping(
+        {
+            "name": "t",
+            "url_patterns": [".*"],
+            "fields": [{"name": "title", "processors": rules["title"]}],
+        }
+    )
+    listing = Page(
+        "http://listing.test/members.html",
+        b"<html><head><meta property='og:title' content='All our members'></head>"
+        b"<body><div id='m-1'>Ada</div><div id='m-2'>Bob</div></body></html>",
+        content_type="text/html",
+    )
+    assert run_mapping(title, listing).fields == {"title": "All our members"}
+    assert run_mapping(title, listing, fragment="m-1").fields == {}
     assert "og:description" in json.dumps(rules["description"])
     assert generic[0]["learned"]["rules"]["title"] == "meta"
     kinds = {k for m in generic for k in m["learned"]["rules"].values()}

@@ -35,6 +35,7 @@ from enrich_crawl.extract.learn.locate import (
     CROSS_SITE_KINDS,
     Candidate,
     PageFacts,
+    candidate,
     candidates_for,
     has_class,
     page_types,
@@ -465,7 +466,7 @@ def _learn_field(
         )
     judged = []
     for cand in ranked[:MAX_CANDIDATES]:
-        result = _judge(compiled, cand, held, name, ftype)
+        result = _judge(compiled, _whole_page_only(cand) if generic else cand, held, name, ftype)
         if result is not None:
             judged.append(result)
     kept = _choose(judged, min_precision)
@@ -487,6 +488,27 @@ def _learn_field(
     return FieldOutcome(
         kept, rejected, len(with_value), len(train), len(held), why, fallbacks=fallbacks
     )
+
+
+def _whole_page_only(cand: Candidate) -> Candidate:
+    """A generic rule that reads the whole page (a `<meta>`, the `<title>`, a JSON-LD key) says
+    nothing of one record among many: on a page reached with a `#fragment` (one section per
+    record, e.g. a directory listing) it yields nothing instead of the page's own value."""
+    steps = cand.chain
+    first = steps[0] if steps else {}
+    expression = (first.get("parameters") or {}).get("expression", "")
+    if (
+        first.get("type") != "xpath"
+        or not expression.startswith(("/", "("))
+        or "$fragment" in expression
+        or "$id" in expression
+    ):
+        return cand
+    guarded = {
+        **first,
+        "parameters": {**first["parameters"], "expression": f"({expression})[$fragment = '']"},
+    }
+    return candidate([guarded, *steps[1:]], cand.kind)
 
 
 def _presence_candidates(train: list[Prepared], name: str):
