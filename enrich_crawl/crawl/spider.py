@@ -803,19 +803,8 @@ class EnrichSpider(scrapy.Spider):
         self.frontier.record_found(waiter, found, on_page)
         follow = bool(state.needed) or not self.goal_directed
         if follow and waiter.depth < self.config.depth:
-            links = [link for m in mappings for link in self._links(page, m, waiter)]
-            for link in links:
-                orders.extend(
-                    self.frontier.want(
-                        waiter.record,
-                        link,
-                        depth=waiter.depth + 1,
-                        seed=waiter.seed,
-                        priority=PRIORITY_PARSER_LINK,
-                    )
-                )
-            if self.collector is not None:
-                links = self.collector.links(page, lambda u: self.policy.check(u) is None)
+
+            def want(links, priority: int) -> None:
                 for link in links:
                     orders.extend(
                         self.frontier.want(
@@ -823,20 +812,21 @@ class EnrichSpider(scrapy.Spider):
                             link,
                             depth=waiter.depth + 1,
                             seed=waiter.seed,
-                            priority=PRIORITY_GENERIC_LINK,
+                            priority=priority,
                         )
                     )
+
+            want(
+                [link for m in mappings for link in self._links(page, m, waiter)],
+                PRIORITY_PARSER_LINK,
+            )
+            if self.collector is not None:
+                want(
+                    self.collector.links(page, lambda u: self.policy.check(u) is None),
+                    PRIORITY_GENERIC_LINK,
+                )
             if self.config.follow_all_links or not self.goal_directed:
-                for link in self._generic_links(page):
-                    orders.extend(
-                        self.frontier.want(
-                            waiter.record,
-                            link,
-                            depth=waiter.depth + 1,
-                            seed=waiter.seed,
-                            priority=PRIORITY_GENERIC_LINK,
-                        )
-                    )
+                want(self._generic_links(page), PRIORITY_GENERIC_LINK)
         self.frontier.release(waiter)
         return orders, useful
 
