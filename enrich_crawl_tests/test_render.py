@@ -81,12 +81,24 @@ def _workers() -> list[psutil.Process]:
     return found
 
 
+# The browser's processes: Playwright's driver (node) and Chromium's browser, renderers and helpers.
+# Not every child of a worker is one: Scrapy logs the platform at start-up, and Python's
+# platform.platform() runs `uname -p` for it.
+BROWSER_PROCESS_NAMES = frozenset(
+    {"chromium", "chrome", "headless_shell", "chrome_crashpad_handler", "node"}
+)
+
+
 class Watch:
     """What the crawl workers started: process names, and the processes themselves."""
 
     def __init__(self) -> None:
         self.names: set[str] = set()
         self.processes: dict[int, psutil.Process] = {}
+        self._names: dict[int, str] = {}  # pid -> name when first seen (it may be gone since)
+
+    def name_of(self, proc: psutil.Process) -> str:
+        return self._names.get(proc.pid, "")
 
     def left_behind(self, grace: float = 3.0) -> list[str]:
         """The processes the workers started that still run once the workers exited (same pid
@@ -118,8 +130,10 @@ def watching_workers(on_poll=None) -> Iterator[Watch]:
                     continue
                 for child in children:
                     with suppress(psutil.Error):
-                        seen.names.add(child.name())
+                        name = child.name()
+                        seen.names.add(name)
                         seen.processes.setdefault(child.pid, child)
+                        seen._names.setdefault(child.pid, name)
                 if on_poll is not None:
                     on_poll(children)
             time.sleep(0.05)
@@ -176,7 +190,9 @@ def _crawl(base: Path, web: Path, mappings: dict, records=ROWS, render_env=None)
         "by_host": requests_by_host(log),
         "processes": set(seen.names),
         "left_behind": seen.left_behind(),
-        "browser_processes": len(seen.processes),
+        "browser_processes": sum(
+            1 for proc in seen.processes.values() if seen.name_of(proc) in BROWSER_PROCESS_NAMES
+        ),
         "base": base,
         "prepared": prepared,
     }
