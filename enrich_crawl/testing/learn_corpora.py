@@ -3,7 +3,7 @@ ground truth that does not come from the learner.
 
     corpus = build_corpus("pydocs", root, known_fraction=0.3, seed=0)
     corpus.spec_path      # dataset YAML (+ CSV): known cells filled, the others blank
-    corpus.web_root       # virtual-web folder ROOT/<hostname>/... (enrich_crawl/testing/web.py)
+    corpus.web_root       # virtual-web folder ROOT/<hostname>/... (enrich_crawl/virtualweb/)
     corpus.truth          # record id -> {field: true value or None}; also truth.json
     corpus.hidden         # record id -> fields blank in the table whose truth is known; hidden.json
 
