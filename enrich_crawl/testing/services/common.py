@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from enrich_crawl.store.embedded import free_port as _free_port
@@ -128,3 +130,17 @@ class ChildService:
         proc, self._proc = self._proc, None
         if proc is not None:
             _stop_process_group(proc, timeout)
+
+
+@contextlib.contextmanager
+def started(handle: ChildService, *, timeout: float) -> Iterator[ChildService]:
+    """The service running for the block; stopped and its working directory removed on exit,
+    exceptions included."""
+    try:
+        handle.start(timeout=timeout)
+        yield handle
+    finally:
+        try:
+            handle.stop()
+        finally:
+            shutil.rmtree(handle.workdir, ignore_errors=True)

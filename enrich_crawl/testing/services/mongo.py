@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from enrich_crawl.testing.services.common import (
     ChildService,
     MissingServiceBinary,
     free_port,
+    started,
 )
 
 
@@ -81,11 +81,5 @@ def ephemeral_mongo(
     handle = MongoHandle(
         port=free_port(), workdir=workdir, data_dir=data_dir, executable=executable
     )
-    try:
-        handle.start(timeout=timeout)
+    with started(handle, timeout=timeout):
         yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)

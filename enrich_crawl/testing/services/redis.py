@@ -14,6 +14,7 @@ from enrich_crawl.testing.services.common import (
     ChildService,
     MissingServiceBinary,
     free_port,
+    started,
 )
 
 
@@ -76,11 +77,5 @@ def ephemeral_redis(*, timeout: float = 30.0) -> Iterator[RedisHandle]:
         )
     workdir = Path(tempfile.mkdtemp(prefix="enrich-redis-"))
     handle = RedisHandle(port=free_port(), workdir=workdir, executable=executable)
-    try:
-        handle.start(timeout=timeout)
+    with started(handle, timeout=timeout):
         yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
