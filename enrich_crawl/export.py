@@ -24,7 +24,7 @@ from typing import Any
 from pymongo.collection import Collection
 
 from enrich_crawl.staging import atomic_write, json_default
-from enrich_crawl.store.merge import _as_datetime
+from enrich_crawl.store.document import as_datetime
 
 LINEAGE_KEYS = (
     "previous",
@@ -113,13 +113,13 @@ def export_rows(
         if lineage:
             row["_status"] = doc.get("status")
             row["_missing"] = doc.get("missing") or []
-            row["_updated_at"] = _as_datetime(doc.get("updated_at"))
+            row["_updated_at"] = as_datetime(doc.get("updated_at"))
             original = doc.get("original") or {}
             for name, entry in (doc.get("lineage") or {}).items():
                 for key in LINEAGE_KEYS:
                     value = entry.get(key)
                     row[f"{name}__{key}"] = (
-                        _as_datetime(value) if key == "fetched_at" and value else value
+                        as_datetime(value) if key == "fetched_at" and value else value
                     )
             for name in fields:
                 if name in original:
@@ -168,7 +168,7 @@ def _arrow_column(values: list[Any], kind: str | None):
                 pa.list_(pa.string()),
             )
         if kind == "timestamp":
-            return pa.array([_as_datetime(v) for v in values], pa.timestamp("ms", tz="UTC"))
+            return pa.array([as_datetime(v) for v in values], pa.timestamp("ms", tz="UTC"))
         if kind == "string":
             return pa.array([None if v is None else _cell(v) for v in values], pa.string())
         return pa.array(values)

@@ -21,6 +21,7 @@ from bench.e2e.common import Extractor, load_records, read_results
 from bench.e2e.measure import HostRules, accuracy, request_stats, run_measured
 from enrich_crawl.extract import MappingSet, Page
 from enrich_crawl.virtualweb import read_log, running_web
+from enrich_crawl_tests.conftest import product_env, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = gen_mod.GenConfig(seed=7, hosts=14, records=40, plugins=())
@@ -82,6 +83,22 @@ def _page_from_disk(gen: gen_mod.Generated, url: str) -> Page | None:
     if not file.is_file():
         return None
     return Page(url, file.read_bytes(), content_type="text/html")
+
+
+def test_the_benchmark_mappings_are_ordinary_mapping_files(tiny):
+    """bench/e2e/mappings/ holds the org-site and directory mappings as files that `enrich-crawl
+    mapping check` validates; every generated dataset carries them as they are (less `$schema`)."""
+    proc = run_cli(["mapping", "check", "--json", str(gen_mod.MAPPINGS_DIR)], product_env(), REPO)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["errors"] == []
+    assert {m["name"] for m in report["valid"]} == {"bench_orgsite", "bench_directory"}
+    for path in gen_mod.MAPPINGS_DIR.glob("*.json"):
+        source = json.loads(path.read_text(encoding="utf-8"))
+        assert (
+            path.parent / source.pop("$schema")
+        ).resolve() == REPO / "mappings" / "mapping.schema.json"
+        assert json.loads((tiny.mappings / path.name).read_text(encoding="utf-8")) == source
 
 
 def test_truth_matches_what_the_mappings_extract(tiny):

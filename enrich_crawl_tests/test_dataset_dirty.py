@@ -377,9 +377,9 @@ def test_a_quote_never_closed_quarantines_the_rest_of_the_file(tmp_path):
 
 
 def test_a_quote_never_closed_in_a_big_file_is_a_clear_error(tmp_path, monkeypatch):
-    from enrich_crawl.dataset import read
+    from enrich_crawl.dataset.read import delimited
 
-    monkeypatch.setattr(read, "CSV_BLOCK", 1 << 16)
+    monkeypatch.setattr(delimited, "CSV_BLOCK", 1 << 16)
     rows = ["id,url,city,n"] + [f"{i},x{i}.com,city {i},{i}" for i in range(1, 20_000)]
     rows[5000] = '5000,a.com,"opened,1'
     spec = _dataset(tmp_path, "\n".join(rows) + "\n")

@@ -311,7 +311,7 @@ def test_ephemeral_postgres_password_restart_and_data():
 def test_ephemeral_postgres_as_root_falls_back_to_nobody(monkeypatch):
     import pwd
 
-    monkeypatch.setattr(services, "_postgres_os_user", lambda: pwd.getpwnam("nobody"))
+    monkeypatch.setattr(services.postgres, "_postgres_os_user", lambda: pwd.getpwnam("nobody"))
     try:
         with ephemeral_postgres(database="enrich test") as pg:
             assert pg.run_as.pw_name == "nobody"

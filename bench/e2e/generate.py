@@ -7,6 +7,7 @@
                            per host (robots.txt, pages); noise pages are hard links into pool/
       pool/                per-theme boilerplate pages (blog, careers, legal...) linked into the sites
       dataset/records.csv  the dirty table; dataset/bench.yaml its spec; dataset/mappings/*.json
+                           (the mapping files of bench/e2e/mappings/, plus the plugins')
       dataset/truth.jsonl  ground truth: one line per record (below)
       hosts.json           per host: kind, scheme, Crawl-delay, robots state, faults, records
       manifest.json        the config, counts and the generator version (the cache key)
@@ -71,6 +72,7 @@ import protego
 
 GENERATOR_VERSION = 6
 REPO = Path(__file__).resolve().parents[2]
+MAPPINGS_DIR = Path(__file__).resolve().parent / "mappings"  # the org-site and directory mappings
 USER_AGENT_TOKEN = "enrich_crawl"  # robots rules are evaluated for this product token
 DEPTH = 2
 
@@ -1151,159 +1153,16 @@ def _seed_cells(rng: random.Random, record: Record) -> tuple[str, str]:
     return website, profile
 
 
-def _mappings(hosts: list[Host]) -> list[dict[str, Any]]:
-    def chain(expression: str, *rest: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"type": "xpath", "parameters": {"expression": expression}}, *rest]
-
-    trim = {"type": "trim", "parameters": {}}
-    number = {"type": "number", "parameters": {}}
-    orgsite = {
-        "name": "bench_orgsite",
-        "description": "generated org sites (own hosts, brand sites, shared hosting)",
-        "url_patterns": [
-            {"type": "regex", "pattern": r"^https?://[a-z0-9.-]+\.example(?::\d+)?/[^#]*(?:#.*)?$"}
-        ],
-        "url_parsers": [
-            {
-                "description": "About, Team and Contact in the main navigation",
-                "processors": chain(
-                    "//nav[@id='main-nav']/ul/li[@class='menu-item menu-item-about' or "
-                    "@class='menu-item menu-item-team' or @class='menu-item menu-item-contact']"
-                    "/a/@href"
-                ),
-            },
-            {
-                "description": "the CEO's profile on the team page",
-                "processors": chain(
-                    "/html/body[@data-page='team']//section[@class='team-grid']"
-                    "/div[contains(@class, 'role-ceo')]/a[@class='profile-link']/@href"
-                ),
-            },
-            {
-                "description": "the registration page linked from the about page",
-                "processors": chain(
-                    "/html/body[@data-page='about']//a[@class='registration-details']/@href"
-                ),
-            },
-        ],
-        "fields": [
-            {
-                "name": "description",
-                "processors": chain(
-                    "/html[body/@data-page='home']/head/meta[@name='description']/@content", trim
-                ),
-            },
-            {
-                "name": "founded",
-                "processors": chain(
-                    "/html/body[@data-page='about']//dl[@class='facts']/dd[@class='founded']/text()",
-                    number,
-                ),
-            },
-            {
-                "name": "employees",
-                "processors": chain(
-                    "/html/body[@data-page='about']//dl[@class='facts']/dd[@class='employees']/text()",
-                    {"type": "replace", "parameters": {"pattern": "[^0-9]", "replacement": ""}},
-                    number,
-                ),
-            },
-            {
-                "name": "city",
-                "processors": chain(
-                    "/html/body[@data-page='contact']//main//address[@class='contact-card']"
-                    "/span[@class='locality']/text()",
-                    trim,
-                ),
-            },
-            {
-                "name": "phone",
-                "processors": chain(
-                    "/html/body[@data-page='contact']//main//address[@class='contact-card']"
-                    "/span[@class='tel']/text()",
-                    trim,
-                ),
-            },
-            {
-                "name": "ceo",
-                "processors": chain(
-                    "/html/body[@data-page='person']//article[@data-role='ceo']/h1/text()", trim
-                ),
-            },
-            {
-                "name": "vat_id",
-                "processors": chain(
-                    "/html/body[@data-page='registration']//td[@class='vat']/text()", trim
-                ),
-            },
-        ],
-    }
-    directory = {
-        "name": "bench_directory",
-        "description": "generated business directories: one section per record, by fragment",
-        "url_patterns": [
-            {"type": "regex", "pattern": r"^https?://bizdir-\d+\.test(?::\d+)?/[^#]*(?:#.*)?$"}
-        ],
-        "url_parsers": [
-            {
-                "description": "the record's detail page, from its section of the listing",
-                "processors": chain("//section[@id=$fragment]//a[@class='details']/@href"),
-            },
-            {
-                "description": "the management page, from the detail page",
-                "processors": chain(
-                    "/html/body[@data-page='org-detail']//a[@class='management']/@href"
-                ),
-            },
-        ],
-        "fields": [
-            {
-                "name": "city",
-                "processors": chain("//section[@id=$fragment]//span[@class='city']/text()", trim),
-            },
-            {
-                "name": "phone",
-                "processors": chain("//section[@id=$fragment]//span[@class='phone']/text()", trim),
-            },
-            {
-                "name": "founded",
-                "processors": chain(
-                    "//section[@id=$fragment]//dd[@class='founded']/text()", number
-                ),
-            },
-            {
-                "name": "description",
-                "processors": chain(
-                    "/html/body[@data-page='org-detail']//article[@data-entry=$id]/p[@class='summary']/text()",
-                    trim,
-                ),
-            },
-            {
-                "name": "employees",
-                "processors": chain(
-                    "/html/body[@data-page='org-detail']//article[@data-entry=$id]//dd[@class='employees']/text()",
-                    {"type": "replace", "parameters": {"pattern": "[^0-9]", "replacement": ""}},
-                    number,
-                ),
-            },
-            {
-                "name": "vat_id",
-                "processors": chain(
-                    "/html/body[@data-page='org-detail']//article[@data-entry=$id]//dd[@class='vat']/text()",
-                    trim,
-                ),
-            },
-            {
-                "name": "ceo",
-                "processors": chain(
-                    "/html/body[@data-page='org-management']//ul[@data-entry=$id]/li[@data-role='ceo']"
-                    "/span[@class='name']/text()",
-                    trim,
-                ),
-            },
-        ],
-    }
-    return [orgsite, directory]
+def _mappings() -> list[dict[str, Any]]:
+    """The benchmark's own mappings, ordinary mapping files in MAPPINGS_DIR (`enrich-crawl mapping
+    check` validates them), as the dataset gets them: without `$schema`, whose relative path only
+    holds beside them."""
+    mappings = []
+    for path in sorted(MAPPINGS_DIR.glob("*.json")):
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+        mapping.pop("$schema", None)
+        mappings.append(mapping)
+    return mappings
 
 
 SPEC_TEMPLATE = """\
@@ -1473,7 +1332,7 @@ def generate(cfg: GenConfig, out: Path, *, log: Callable[[str], None] = print) -
         for record in records:
             gt = ground_truth(record)
             fh.write(json.dumps({"id": record.id, "missing": record.missing, **gt}) + "\n")
-    for mapping in _mappings(hosts) + [m for p in plugins for m in p.mappings]:
+    for mapping in _mappings() + [m for p in plugins for m in p.mappings]:
         path = dataset_dir / "mappings" / f"{mapping['name']}.json"
         path.write_text(json.dumps(mapping, indent=2) + "\n", encoding="utf-8")
     write_spec(dataset_dir, "bench_e2e", fields, {"depth": DEPTH}, cfg.seed)

@@ -201,7 +201,7 @@ def page_truth(body: bytes, url: str) -> tuple[dict[str, Any], str | None]:
 
 
 def build(root: Path, *, known_fraction: float, seed: int, scale: float):
-    from enrich_crawl.testing.learn_corpora import Corpus, _split_cells, _write
+    from enrich_crawl.testing.corpus import Corpus, _split_cells, _write
 
     web_root = root / "web"
     if web_root.exists():

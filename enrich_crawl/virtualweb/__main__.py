@@ -2,6 +2,6 @@
 
 import sys
 
-from enrich_crawl.virtualweb.server import main
+from enrich_crawl.virtualweb.cli import main
 
 sys.exit(main())

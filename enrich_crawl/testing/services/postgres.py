@@ -1,14 +1,4 @@
-"""Ephemeral real services (MongoDB-wire, PostgreSQL, Redis) for tests, the demo and benchmarks.
-
-Each launcher is a context manager: the service runs on a free loopback port, keeps its files in a
-temporary directory, runs in its own process session (a Ctrl-C in the terminal does not reach it) and
-is always stopped and its directory removed on exit, exceptions included. Handles can ``stop()`` and
-``start()`` the service again on the same port with the same data, to simulate an outage::
-
-    with ephemeral_mongo(data_dir=tmp_path / "mongo") as mongo:
-        client = pymongo.MongoClient(mongo.uri)
-        mongo.stop()   # writes now fail ...
-        mongo.start()  # ... and succeed again, same port, same data
+"""An ephemeral PostgreSQL cluster.
 
 PostgreSQL refuses to run as root: as root, initdb and the server run as the ``postgres`` system user
 when it exists, else as ``nobody``; the temporary directory is chown'ed to that user.
@@ -24,7 +14,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,291 +22,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 from enrich_crawl.store.embedded import (
-    EmbeddedMongoError,
-    find_nx_27017,
     log_tail,
-    mongo_ping,
-    mongo_uri,
     pid_alive,
-    port_open,
 )
-from enrich_crawl.store.embedded import free_port as _free_port
-
-__all__ = [
-    "MissingServiceBinary",
-    "MongoHandle",
-    "PgHandle",
-    "RedisHandle",
-    "ServiceError",
-    "ephemeral_mongo",
-    "ephemeral_postgres",
-    "ephemeral_redis",
-    "free_port",
-    "pid_alive",
-]
-
-LOOPBACK = "127.0.0.1"
-
-
-class ServiceError(RuntimeError):
-    """An ephemeral service failed to start or stop."""
-
-
-class MissingServiceBinary(ServiceError):
-    """The executable of a service is not installed."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    return _free_port(LOOPBACK)
-
-
-def _wait_ready(
-    what: str, ready, *, timeout: float, log_file: Path, exited=lambda: None, interval=0.05
-) -> None:
-    """Poll ``ready()`` until true; fail fast if ``exited()`` returns an exit code."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if ready():
-            return
-        code = exited()
-        if code is not None:
-            raise ServiceError(
-                f"{what} exited with code {code} while starting; log {log_file}:\n"
-                f"{log_tail(log_file)}"
-            )
-        if time.monotonic() >= deadline:
-            raise ServiceError(
-                f"{what} did not accept connections within {timeout:.0f}s; log {log_file}:\n"
-                f"{log_tail(log_file)}"
-            )
-        time.sleep(interval)
-
-
-def _stop_process_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM the process group led by ``proc``, SIGKILL it after ``timeout``; reap ``proc``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    # stragglers of the group, if any
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-class _ChildService:
-    """A service run in the foreground as our child, in its own session."""
-
-    name = "service"
-
-    def __init__(self, *, port: int, workdir: Path) -> None:
-        self.port = port
-        self.workdir = workdir
-        self.log_file = workdir / f"{self.name}.log"
-        self._proc: subprocess.Popen | None = None
-
-    def _command(self) -> list[str]:
-        raise NotImplementedError
-
-    def _ready(self) -> bool:
-        raise NotImplementedError
-
-    def _before_start(self) -> None:
-        pass
-
-    @property
-    def pid(self) -> int | None:
-        """Pid of the server process while it runs."""
-        return self._proc.pid if self.running and self._proc else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def start(self, *, timeout: float = 30.0) -> None:
-        """Start the server (no-op if running) and wait until it accepts connections."""
-        if self.running:
-            return
-        self._before_start()
-        with open(self.log_file, "ab") as log:
-            self._proc = subprocess.Popen(
-                self._command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
-        proc = self._proc
-        try:
-            _wait_ready(
-                f"{self.name} on port {self.port}",
-                self._ready,
-                timeout=timeout,
-                log_file=self.log_file,
-                exited=proc.poll,
-            )
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self, *, timeout: float = 10.0) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after ``timeout``); no-op if not running."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            _stop_process_group(proc, timeout)
-
-
-# --------------------------------------------------------------------------------------------
-# MongoDB-wire (nx-27017)
-
-
-class MongoHandle(_ChildService):
-    """An nx-27017 server on ``127.0.0.1:port``; data in memory or in ``data_dir``."""
-
-    name = "nx-27017"
-
-    def __init__(self, *, port: int, workdir: Path, data_dir: Path | None, executable: str) -> None:
-        super().__init__(port=port, workdir=workdir)
-        self.data_dir = data_dir
-        self.executable = executable
-
-    @property
-    def uri(self) -> str:
-        return mongo_uri(LOOPBACK, self.port)
-
-    def _command(self) -> list[str]:
-        return [
-            self.executable,
-            "--host",
-            LOOPBACK,
-            "-p",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir) if self.data_dir else "memory",
-            "--log-file",
-            os.devnull,  # its log lines also go to stderr, i.e. self.log_file
-            "--pid-file",
-            str(self.workdir / "nx-27017.pid"),
-        ]
-
-    def _before_start(self) -> None:
-        # nx-27017 refuses to start while its pid file names a live process
-        with contextlib.suppress(FileNotFoundError):
-            (self.workdir / "nx-27017.pid").unlink()
-
-    def _ready(self) -> bool:
-        return port_open(LOOPBACK, self.port) and mongo_ping(self.uri, timeout=2.0)
-
-
-@contextlib.contextmanager
-def ephemeral_mongo(
-    *, data_dir: Path | str | None = None, timeout: float = 30.0
-) -> Iterator[MongoHandle]:
-    """An nx-27017 server for the duration of the block.
-
-    Data lives in memory (lost on ``stop()``) unless ``data_dir`` is given; that directory is kept.
-    """
-    try:
-        executable = find_nx_27017()
-    except EmbeddedMongoError as exc:
-        raise MissingServiceBinary(str(exc)) from None
-    workdir = Path(tempfile.mkdtemp(prefix="enrich-mongo-"))
-    if data_dir is not None:
-        data_dir = Path(data_dir).resolve()
-        data_dir.mkdir(parents=True, exist_ok=True)
-    handle = MongoHandle(
-        port=free_port(), workdir=workdir, data_dir=data_dir, executable=executable
-    )
-    try:
-        handle.start(timeout=timeout)
-        yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------------------------
-# Redis
-
-
-def _redis_ping(port: int) -> bool:
-    """PING over RESP on a raw socket (the redis package may not be installed)."""
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=1.0) as sock:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisHandle(_ChildService):
-    """A redis-server on ``127.0.0.1:port`` without persistence."""
-
-    name = "redis-server"
-
-    def __init__(self, *, port: int, workdir: Path, executable: str) -> None:
-        super().__init__(port=port, workdir=workdir)
-        self.executable = executable
-
-    @property
-    def url(self) -> str:
-        return f"redis://{LOOPBACK}:{self.port}/0"
-
-    def ping(self) -> bool:
-        return _redis_ping(self.port)
-
-    def _command(self) -> list[str]:
-        return [
-            self.executable,
-            "--port",
-            str(self.port),
-            "--bind",
-            LOOPBACK,
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.workdir),
-            "--daemonize",
-            "no",
-            "--logfile",
-            "",
-        ]
-
-    def _ready(self) -> bool:
-        return _redis_ping(self.port)
-
-
-@contextlib.contextmanager
-def ephemeral_redis(*, timeout: float = 30.0) -> Iterator[RedisHandle]:
-    """A redis-server (no persistence) for the duration of the block."""
-    executable = shutil.which("redis-server")
-    if executable is None:
-        raise MissingServiceBinary(
-            "redis-server not found on PATH: install it with `apt-get install redis-server`"
-        )
-    workdir = Path(tempfile.mkdtemp(prefix="enrich-redis-"))
-    handle = RedisHandle(port=free_port(), workdir=workdir, executable=executable)
-    try:
-        handle.start(timeout=timeout)
-        yield handle
-    finally:
-        try:
-            handle.stop()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------------------------
-# PostgreSQL
+from enrich_crawl.testing.services.common import (
+    LOOPBACK,
+    MissingServiceBinary,
+    ServiceError,
+    free_port,
+    wait_ready,
+)
 
 _PG_TOOLS = ("initdb", "pg_ctl", "postgres")
 
@@ -555,7 +269,7 @@ class PgHandle:
             ],
             timeout=timeout + 10,
         )
-        _wait_ready(
+        wait_ready(
             f"postgres on port {self.port}",
             self._accepts_password_login,
             timeout=timeout,
