@@ -221,8 +221,12 @@ class PoolWait:
         return f"waiting for the {self.pool} pool: {self.held} of {self.limit} slots held: {held}"
 
 
-def pool_wait(instance: Any, run_id: str, pool: str = POOL) -> PoolWait | None:
-    """The pool's holders when `run_id` has steps waiting for its slots, else None."""
+def pool_wait(
+    instance: Any, run_id: str, pool: str = POOL, started: dict[str, float] | None = None
+) -> PoolWait | None:
+    """The pool's holders when `run_id` has steps waiting for its slots, else None. `started`:
+    holders' start times known from earlier calls (a run's never changes; one query a holder
+    saved per call), filled in."""
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return None
@@ -233,13 +237,15 @@ def pool_wait(instance: Any, run_id: str, pool: str = POOL) -> PoolWait | None:
     holders: dict[str, int] = {}
     for slot in info.claimed_slots:
         holders[slot.run_id] = holders.get(slot.run_id, 0) + 1
-    started: dict[str, float] = {}
+    known = {} if started is None else started
     for holder in holders:
-        record = instance.get_run_record_by_id(holder)
-        if record is not None and record.start_time:
-            started[holder] = float(record.start_time)
+        if holder not in known:
+            record = instance.get_run_record_by_id(holder)
+            if record is not None and record.start_time:
+                known[holder] = float(record.start_time)
+    when = {holder: known[holder] for holder in holders if holder in known}
     limit = info.slot_count if info.limit is None else info.limit
-    return PoolWait(pool, int(limit or 0), len(info.claimed_slots), holders, started)
+    return PoolWait(pool, int(limit or 0), len(info.claimed_slots), holders, when)
 
 
 class Heartbeat:

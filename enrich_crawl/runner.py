@@ -219,6 +219,7 @@ class Progress:
         self._run_id = ""
         self._pool_checked = -POOL_CHECK_SECONDS
         self._pool_note = ""
+        self._holders_started: dict[str, float] = {}  # run id -> start time, for pool_wait
         self.tty = stream.isatty()
         self.started = time.monotonic()
         self.started_wall = time.time()
@@ -276,7 +277,11 @@ class Progress:
                     limit=1,
                 )
                 self._run_id = runs[0].run_id if runs else ""
-            wait = pool_wait(self._instance, self._run_id) if self._run_id else None
+            wait = (
+                pool_wait(self._instance, self._run_id, started=self._holders_started)
+                if self._run_id
+                else None
+            )
         except Exception:  # the progress line must never stop the run
             wait = None
         self._pool_note = wait.describe() if wait else ""
@@ -534,26 +539,44 @@ def _interrupt_when_mongo_lost(
 ) -> None:
     """Interrupt this process (as Ctrl-C would: every step and crawl process stops, what was
     crawled stays staged) when MongoDB at `uri` stops answering for MONGO_LOST_AFTER seconds."""
+    import pymongo
     from dagster._utils import send_interrupt
 
-    from enrich_crawl.store.embedded import mongo_ping
     from enrich_crawl.store.mongo import redact_uri
 
+    # one client for the whole run: a new one per ping (connection, handshake, monitor threads)
+    # cost more CPU than the rest of a run waiting for the crawl pool; a lost server fails the
+    # ping within the timeouts all the same, and the client reconnects when it answers again
+    ms = 2000
+    client: pymongo.MongoClient = pymongo.MongoClient(
+        uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms, connect=False
+    )
     failing_since: float | None = None
-    while not done.wait(MONGO_PING_EVERY):
-        if mongo_ping(uri, timeout=2.0):
-            failing_since = None
-            continue
-        now = time.monotonic()
-        failing_since = failing_since or now
-        if now - failing_since >= MONGO_LOST_AFTER and not done.is_set():
-            lost["message"] = (
-                f"MongoDB {redact_uri(uri)} (database {database}) lost mid-run: no answer for "
-                f"{MONGO_LOST_AFTER:.0f} s, the run was stopped. What was crawled stays staged "
-                "and in the crawl store: run the same command again when MongoDB is back."
-            )
-            send_interrupt()
-            return
+    try:
+        while not done.wait(MONGO_PING_EVERY):
+            if _mongo_answers(client):
+                failing_since = None
+                continue
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if now - failing_since >= MONGO_LOST_AFTER and not done.is_set():
+                lost["message"] = (
+                    f"MongoDB {redact_uri(uri)} (database {database}) lost mid-run: no answer for "
+                    f"{MONGO_LOST_AFTER:.0f} s, the run was stopped. What was crawled stays staged "
+                    "and in the crawl store: run the same command again when MongoDB is back."
+                )
+                send_interrupt()
+                return
+    finally:
+        client.close()
+
+
+def _mongo_answers(client: Any) -> bool:
+    try:
+        client.admin.command("ping")
+        return True
+    except Exception:  # whatever the reason, no answer
+        return False
 
 
 def _failure_reason(run: Any) -> str:
