@@ -214,9 +214,9 @@ def _kill_and_rerun(built, env, home, work, name, s00_log, mongo_server, mongo_d
 # A run that waits for the pool must not spin. A spinning wait (the executor's loop asking for a
 # claim without sleeping, as before PatientConcurrencyContext) uses a whole core: ~20 s of CPU in
 # WAIT_WINDOW, and still ~6 s with CI's machine loaded so that it gets a third of a core. The
-# waiting run uses ~0.2 s (0.65 s of 30 s measured before the cheaper claims, with CI loaded): the
-# bound, 10 % of a core, is 3 to 10 times above the one and 5 to 10 times below the other. The
-# target itself (under 2 % of a core) is measured by `python -m bench.bench_pool_wait`.
+# waiting run uses ~0.2 s (0.65 s of 30 s measured before the cheaper claims, with CI loaded). So
+# a spinning wait exceeds the bound, 10 % of a core, 3 to 10 times over, and the waiting run stays
+# 5 to 10 times under it. The target itself (under 2 % of a core) is `bench/bench_pool_wait.py`'s.
 WAIT_WINDOW = 20.0
 SPINNING_BOUND = 0.10
 
