@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "loader/old": lambda: loader(old_normalise_url),
         "loader/new": lambda: loader(urls.normalise_url),
         "links/old": lambda: resolve_all(old_resolve_link, old_normalise_link.cache_clear),
-        "links/new": lambda: resolve_all(urls.resolve_link, urls.resolve_link.cache_clear),
+        "links/new": lambda: resolve_all(urls.resolve_link, urls.clear_link_caches),
         "split/old": lambda: sum(len(old_split_url_cell(c)) for c in cells),
         "split/new": lambda: sum(len(urls.split_url_cell(c)) for c in cells),
     }
