@@ -5,8 +5,10 @@ links found in pages (resolved against the page's URL or its `<base href>`) and 
 that is fetched is the parser's serialisation (`href`); the canonical form that recognises the same
 page (fragment and tracking parameters dropped, query sorted, escapes normalised) is only the key
 of `page_key`, never what is fetched. On top of the standard, the product's own policies refuse
-unsupported schemes, credentials and host names no DNS lookup can resolve; private addresses are
-refused at fetch time (`enrich_crawl.crawl.policy`), with `private_ip` from here.
+unsupported schemes, credentials, host names no DNS lookup can resolve and single-label host
+names (`http://exa/`: no public web site has one; an intranet may, so ENRICH_ALLOW_PRIVATE=1
+lets them through); private addresses are refused at fetch time (`enrich_crawl.crawl.policy`),
+with `private_ip` from here.
 
 Reasons returned here use the reasons of a result document's `errors` (`invalid_url`, ...),
 followed by a short explanation after a colon.
@@ -22,6 +24,8 @@ from urllib.parse import parse_qsl, unquote, urldefrag, urlencode, urlsplit, url
 
 from ada_url import URL, HostType
 from w3lib.url import canonicalize_url, safe_url_string
+
+from enrich_crawl import config
 
 # -- URL cells -------------------------------------------------------------------------------------
 
@@ -81,6 +85,10 @@ TRACKING_PARAMS = re.compile(
     re.IGNORECASE,
 )
 WEB_SCHEMES = ("http", "https")
+# a name for this machine by definition (RFC 6761): refused as `private_address` when the crawler
+# resolves it (enrich_crawl.crawl.dns_resolver), like the loopback address it names
+LOOPBACK_NAMES = frozenset({"localhost"})
+SINGLE_LABEL = "invalid_url: single-label host"
 
 
 def _prepare(text: str) -> str:
@@ -146,7 +154,24 @@ def _checked(text: str, base: str | None = None) -> tuple[str | None, str | None
         host = url.hostname
         if len(host) > 253 or not _DNS_NAME.match(host):
             return None, f"invalid_url: unresolvable host {host[:80]!r}"
+        if "." not in host.rstrip(".") and host not in LOOPBACK_NAMES:
+            # whether an intranet is crawled is the caller's setting, not the URL's: both are
+            # returned and `_intranet` decides (so the caches below hold one answer per URL)
+            return url.href, (
+                f"{SINGLE_LABEL} {host[:80]!r}: not a public web site "
+                "(intranet names need ENRICH_ALLOW_PRIVATE=1)"
+            )
     return url.href, None
+
+
+def _intranet(checked: tuple[str | None, str | None]) -> tuple[str | None, str | None]:
+    """A URL whose host is a single label (`http://exa/`, e.g. `http://exa mple.com/` split on
+    its space) is refused, not looked up, unless ENRICH_ALLOW_PRIVATE=1 lets the crawl reach
+    intranet hosts."""
+    url, reason = checked
+    if url is not None and reason is not None:
+        return (url, None) if config.allow_private() else (None, reason)
+    return checked
 
 
 def normalise_url(token: str) -> tuple[str | None, str | None]:
@@ -156,8 +181,14 @@ def normalise_url(token: str) -> tuple[str | None, str | None]:
     ASCII form, default port dropped, dot segments removed, characters percent-encoded as a browser
     sends them; the query keeps its order, the fragment is kept (it can address a section of a
     shared page). A missing scheme is added (`example.org/x` -> `http://example.org/x`); only
-    http(s) URLs are accepted, without credentials, with a host DNS can resolve.
+    http(s) URLs are accepted, without credentials, with a host DNS can resolve that is not a
+    single label (unless ENRICH_ALLOW_PRIVATE=1).
     """
+    return _intranet(_normalised(token))
+
+
+def _normalised(token: str) -> tuple[str | None, str | None]:
+    """`normalise_url` before the intranet setting (`_intranet`) has decided."""
     text = _unquoted(_prepare(token))
     if not text:
         return None, "invalid_url: empty"
@@ -174,19 +205,33 @@ def normalise_url(token: str) -> tuple[str | None, str | None]:
 
 
 @functools.lru_cache(maxsize=4096)
+def _normalised_link(url: str) -> tuple[str | None, str | None]:
+    return _normalised(url)
+
+
 def normalise_link(url: str) -> tuple[str | None, str | None]:
     """`normalise_url` of an absolute link. The same links recur on every page of a site (menus,
     footers): the results of the recent ones are remembered."""
-    return normalise_url(url)
+    return _intranet(_normalised_link(url))
 
 
 @functools.lru_cache(maxsize=8192)
+def _resolved_link(base: str, href: str) -> tuple[str | None, str | None]:
+    return _checked(_prepare(href), base)
+
+
 def resolve_link(base: str, href: str) -> tuple[str | None, str | None]:
     """A link found on a page, resolved against `base` (the page's URL or its `<base href>`)
     as a browser resolves it, then held to the same policies as `normalise_url`: (URL, None)
     or (None, reason). Menus and footers repeat on every page of a site: recent results are
     remembered."""
-    return _checked(_prepare(href), base)
+    return _intranet(_resolved_link(base, href))
+
+
+def clear_link_caches() -> None:
+    """Forget the remembered links (benchmarks measure the work, not the cache)."""
+    _normalised_link.cache_clear()
+    _resolved_link.cache_clear()
 
 
 def join_url(base: str, href: str) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 
 import pymongo
 import pytest
@@ -86,6 +87,8 @@ def test_the_run_succeeds_and_no_row_is_lost(hostile_run):
         "badport",
         "ftp",
         "js",
+        "spaced",
+        "nourl",
         "private",
         "loopback",
         "hexip",
@@ -119,7 +122,15 @@ def test_each_record_ends_with_its_value_or_its_reason(hostile_run, rid):
         assert doc["data"].get("value") is None
         reasons = {e["reason"] for e in doc["errors"]}
         assert expect.reason in reasons, doc["errors"]
-        assert all(e.get("url") for e in doc["errors"]), doc["errors"]
+        # each reason names its URL; a record without any has `no_url` and says where it looked
+        assert all(e.get("url") or e["reason"] == "no_url" for e in doc["errors"]), doc["errors"]
+    if rid == "spaced":
+        (refused,) = [e for e in doc["errors"] if e["reason"] == "invalid_url"]
+        assert refused["url"] == "http://exa" and "single-label host 'exa'" in refused["detail"]
+    if rid == "nourl":
+        assert doc["errors"] == [
+            {"url": "", "reason": "no_url", "detail": "no URL in column 'url'"}
+        ]
 
 
 def test_the_dirty_table_is_read_and_reported(hostile_run):
@@ -129,10 +140,21 @@ def test_the_dirty_table_is_read_and_reported(hostile_run):
     # the cp1252 line inside the UTF-8 file was decoded, not lost or mangled
     assert reading["decoded_lines"] == 1 and reading["undecodable_lines"] == 0
     assert profile["duplicate_ids"] == 1 and profile["missing_ids"] == 1
-    assert profile["invalid_urls"] == 3
+    assert profile["invalid_urls"] == 4
+    assert profile["records_without_urls"] == 4  # badport, ftp, js (invalid URLs), nourl (none)
     # the NUL bytes are gone from the id and the values (the raw cells: test_dataset_dirty.py)
     nul = next(d for d in docs if d["_id"] == "nulid")
     assert "\x00" not in json.dumps(nul["data"])
+
+
+def test_the_summary_counts_every_reason_the_documents_hold(hostile_run):
+    """Errors by kind in the summary are the documents' reasons, `no_url` included."""
+    _built, result, docs, _stage, _log = hostile_run
+    line = next(x for x in result.stdout.splitlines() if x.strip().startswith("errors by kind"))
+    parts = line.split("errors by kind", 1)[1].strip().split(", ")
+    shown = {kind: int(n) for kind, n in (part.rsplit(" ", 1) for part in parts)}
+    held = Counter(e["reason"] for d in docs for e in d.get("errors") or [])
+    assert shown == dict(held) and shown["no_url"] == 1, (line, held)
 
 
 def test_the_hostile_web_cost_bounded_time_and_bytes(hostile_run):

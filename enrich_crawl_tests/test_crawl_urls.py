@@ -24,14 +24,14 @@ from enrich_crawl.urls import normalise_url, page_key, private_ip, resolve_link,
         ("http://a.example/#org-caf%C3%A9", "http://a.example/#org-caf%C3%A9"),
         # what the hand-written normaliser got wrong (issue #23), as a browser parses it
         ("http://example.com/foo/bar//..", "http://example.com/foo/bar/"),  # not /foo/
-        ("http://host/?'", "http://host/?%27"),  # a trailing quote is not stripped
-        ('http://host/a"', "http://host/a%22"),
+        ("http://host.example/?'", "http://host.example/?%27"),  # a trailing quote is kept
+        ('http://host.example/a"', "http://host.example/a%22"),
         ("http://a.example/a//b/./c", "http://a.example/a//b/c"),  # `//` is kept
         ("http:\\\\www.example.com\\a\\b", "http://www.example.com/a/b"),  # backslashes
         ("http://@www.example.com", "http://www.example.com/"),  # empty userinfo
         ("https:/example.com/", "https://example.com/"),
         ("http:example.com/x", "http://example.com/x"),
-        ("http:///x", "http://x/"),
+        ("http:///x.example", "http://x.example/"),
         ("http://%30%78%63%30%2e%30%32%35%30.01", "http://192.168.0.1/"),  # encoded host
         ("http://EXAMPLE.com/%7e?x=%7e", "http://example.com/%7e?x=%7e"),
         ("<http://a.example/x>", "http://a.example/x"),  # a cell quoted as a whole
@@ -70,6 +70,35 @@ def test_invalid(raw, reason):
     assert url is None and why.startswith("invalid_url") and reason in why
 
 
+def test_a_single_label_host_is_refused_not_looked_up_unless_intranet_names_are_allowed(
+    monkeypatch,
+):
+    """`http://exa mple.com/page` split on its space gives `http://exa/`: no public web site has
+    a single-label host, so it is `invalid_url` (a reason, no DNS look-up), as a cell and as a
+    link; an intranet crawl (ENRICH_ALLOW_PRIVATE=1) may use such names."""
+    monkeypatch.delenv("ENRICH_ALLOW_PRIVATE", raising=False)
+    tokens = split_url_cell("http://exa mple.com/page")
+    assert tokens == ["http://exa", "mple.com/page"]
+    url, why = normalise_url(tokens[0])
+    assert url is None and why.startswith("invalid_url: single-label host 'exa'")
+    assert normalise_url(tokens[1]) == ("http://mple.com/page", None)
+    for cell in ("HTTP://Wiki./x", "//intranet:8080/", "exa"):
+        assert normalise_url(cell)[0] is None, cell
+    assert "not a URL" in normalise_url("exa")[1]  # no scheme: never taken for a host
+    url, why = resolve_link("http://a.example/", "http://wiki/page")
+    assert url is None and "single-label host 'wiki'" in why
+    # IP literals and localhost (refused as private_address when resolved) are not names to judge
+    assert normalise_url("http://10.1.2.3/") == ("http://10.1.2.3/", None)
+    assert normalise_url("http://2130706433/") == ("http://127.0.0.1/", None)
+    assert normalise_url("http://[::1]/") == ("http://[::1]/", None)
+    assert normalise_url("http://localhost:8080/") == ("http://localhost:8080/", None)
+
+    monkeypatch.setenv("ENRICH_ALLOW_PRIVATE", "1")
+    assert normalise_url("http://exa/") == ("http://exa/", None)
+    assert resolve_link("http://a.example/", "http://wiki/page") == ("http://wiki/page", None)
+    assert normalise_url("http://a..example/")[0] is None  # the other policies still hold
+
+
 def test_page_key_drops_fragment_and_tracking_parameters():
     assert page_key("http://a.example/x?utm_source=n&id=3&gclid=9#f") == "http://a.example/x?id=3"
     assert page_key("http://a.example/x?id=3") == "http://a.example/x?id=3"
@@ -95,7 +124,7 @@ def test_page_key_is_canonical_but_the_url_fetched_is_not():
     [
         ("http://a.example/d/p.html", "q.html", "http://a.example/d/q.html"),
         ("http://a.example/d/p.html", "\\x", "http://a.example/x"),  # `\` is `/` in http
-        ("http://a.example/d/p.html", "///test", "http://test/"),
+        ("http://a.example/d/p.html", "///test.example", "http://test.example/"),
         ("http://a.example/d/p.html", "../../../x?b=1&a=2", "http://a.example/x?b=1&a=2"),
         ("http://a.example/d/p.html", " \tq.html\n", "http://a.example/d/q.html"),
         ("http://a.example/d/p.html", "#sec", "http://a.example/d/p.html#sec"),

@@ -12,6 +12,7 @@ import pytest
 
 from enrich_crawl.dataset import synth
 from enrich_crawl.dataset.load import DatasetError, prepare_dataset, read_seed_shard
+from enrich_crawl.dataset.profile import ui_metadata
 from enrich_crawl.dataset.shard import shard_keys
 from enrich_crawl.dataset.spec import SpecError, load_spec
 from enrich_crawl.staging import DatasetStage
@@ -220,6 +221,54 @@ def test_urls_split_normalised_and_invalid_ones_reported(tmp_path):
     assert records["2"]["_urls"] == [] and records["2"]["_url_errors"] == []  # a marker: no URL
     assert manifest["profile"]["invalid_urls"] == 2
     assert manifest["profile"]["records_without_urls"] == 1
+
+
+def test_a_record_with_fields_to_fill_and_no_url_says_so(tmp_path):
+    """Blank or marker-only URL cells: the record's reason is `no_url` (it would otherwise end
+    `unresolved` with no reason); a record with nothing to fill needs no URL and gets none."""
+    content = "id,url,city,n\n1,,,1\n2,N/A,x,2\n3,  -  ,,\n"
+    manifest, records, _ = _load(_dataset(tmp_path, content), tmp_path)
+    no_url = [{"url": "", "reason": "no_url", "detail": "no URL in column 'url'"}]
+    assert records["1"]["_url_errors"] == no_url and records["1"]["_missing"] == ["city"]
+    assert records["2"]["_url_errors"] == [] and records["2"]["_missing"] == []
+    assert records["3"]["_url_errors"] == no_url
+    assert manifest["profile"]["invalid_urls"] == 0  # not an invalid URL: no URL at all
+    assert manifest["profile"]["records_without_urls"] == 3
+
+
+def test_a_single_label_host_in_a_cell_is_an_invalid_url(tmp_path):
+    """`http://exa mple.com/page` splits on its space; `http://exa` names no public web site:
+    refused with its reason at load, never looked up."""
+    content = 'id,url,city,n\n1,"http://exa mple.com/page",,1\n'
+    manifest, records, _ = _load(_dataset(tmp_path, content), tmp_path)
+    assert records["1"]["_urls"] == ["http://mple.com/page"]
+    (error,) = records["1"]["_url_errors"]
+    assert (error["url"], error["reason"]) == ("http://exa", "invalid_url")
+    assert error["detail"].startswith("single-label host 'exa'")
+    assert manifest["profile"]["invalid_urls"] == 1
+
+
+def test_a_field_that_nearly_names_a_column_is_refused_unless_declared_new(tmp_path):
+    """`fields: {sumary: {}}` on a table with `summary` is a typo, not a new column to fill: the
+    load stops naming the spec, the field and the column; `new: true` says it is meant."""
+    (tmp_path / "t.csv").write_text("id,url,summary\n1,http://a.example/,\n", encoding="utf-8")
+    spec = tmp_path / "t.yaml"
+    head = "name: t\nsource: t.csv\nid: id\nurls: [url]\nfields:\n"
+    spec.write_text(head + "  sumary: {}\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as refused:
+        _load(spec, tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"{spec}: fields.sumary: 'sumary' is not a column of t.csv")
+    assert "did you mean 'summary'?" in message and "`sumary: {new: true}`" in message
+
+    spec.write_text(head + "  sumary: {new: true}\n  category: {}\n", encoding="utf-8")
+    manifest, records, _ = _load(spec, tmp_path)
+    # declared new, and a name far from every column: new columns to fill
+    assert manifest["profile"]["new_columns"] == ["sumary", "category"]
+    assert records["1"]["_missing"] == ["sumary", "category"]
+    assert manifest["spec"]["fields"]["sumary"] == {"type": "string", "refresh": False, "new": True}
+    shown = ui_metadata(manifest)
+    assert shown["numbers"]["new_columns"] == 2 and "| sumary |" in shown["markdown"]["new_columns"]
 
 
 def test_type_errors_are_recorded_per_cell(tmp_path):

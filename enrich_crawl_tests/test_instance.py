@@ -6,12 +6,15 @@ the "join the community" pop-up off either way."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._cli.utils import TMP_DAGSTER_HOME_PREFIX
 from dagster._core.instance.ref import InstanceRef
 
 from enrich_crawl import config
@@ -114,3 +117,18 @@ def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_p
             log = config.home() / "logs" / "enrich-crawl.log"
             assert reason.splitlines()[-1].split()[-1] == str(log)
         assert "Stack Trace" in log.read_text() and "KeyError" in log.read_text()
+
+
+def test_the_folder_dagster_dev_leaves_in_the_root_is_ignored_by_git():
+    """With no DAGSTER_HOME, Dagster's commands keep a throw-away instance in a folder of the
+    working directory (`.tmp_dagster_home_*`), left behind when the command is killed: a clone
+    must not offer it for commit."""
+    git = shutil.which("git")
+    if git is None or subprocess.run([git, "-C", str(REPO), "rev-parse"]).returncode != 0:
+        pytest.skip("not a git checkout")
+    with tempfile.TemporaryDirectory(prefix=TMP_DAGSTER_HOME_PREFIX, dir=REPO) as left:
+        (Path(left) / "dagster.yaml").write_text("", encoding="utf-8")
+        ignored = subprocess.run(
+            [git, "-C", str(REPO), "check-ignore", "-q", str(Path(left) / "dagster.yaml")]
+        )
+    assert ignored.returncode == 0, f"{TMP_DAGSTER_HOME_PREFIX}* is not in .gitignore"

@@ -150,3 +150,19 @@ def is_stale(value: Any, days: float, today: dt.date) -> bool:
     except ValueError:
         return True
     return (today - checked).days > days
+
+
+NO_URL = "no_url"  # a reason of `_url_errors` and of the result document's `errors`
+
+
+def no_url_error(url_columns: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The `_url_errors` entry of a record that has fields to resolve and not one URL token in
+    its URL columns (blank or missing-marker cells): without it the record would end
+    `unresolved` with no reason at all. A record whose tokens are all invalid has its
+    `invalid_url` entries instead; one with nothing to resolve needs no URL."""
+    if not url_columns:
+        detail = "the spec names no URL column (key `urls`)"
+    else:
+        names = ", ".join(repr(c) for c in url_columns)
+        detail = f"no URL in column{'s' if len(url_columns) > 1 else ''} {names}"
+    return {"url": "", "reason": NO_URL, "detail": detail}

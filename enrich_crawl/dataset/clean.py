@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from enrich_crawl.dataset import vector as vec
-from enrich_crawl.dataset.cells import clean_value, is_stale, marker_set, record_id
+from enrich_crawl.dataset.cells import clean_value, is_stale, marker_set, no_url_error, record_id
 from enrich_crawl.dataset.read import is_object_array, object_values
 from enrich_crawl.dataset.spec import DatasetSpec
 from enrich_crawl.staging import dumps
@@ -106,6 +106,7 @@ class ChunkCleaner:
         self.marker_array = pa.array(sorted(self.markers), STRING)
         self.fields = list(spec.fields.values())
         self.field_index = {f.name: i for i, f in enumerate(self.fields)}
+        self.no_url_json = dumps([no_url_error(spec.urls)])
 
     # -- columns ---------------------------------------------------------------------------
 
@@ -379,6 +380,13 @@ class ChunkCleaner:
         to_resolve = _list_from_mask(everything, listed)
 
         urls, url_errors, invalid, shards = self.urls(columns, n)
+        no_url = (
+            (pc.list_value_length(urls).to_numpy(zero_copy_only=False) == 0)
+            & (invalid == 0)
+            & (pc.list_value_length(to_resolve).to_numpy(zero_copy_only=False) > 0)
+        )
+        if no_url.any():
+            url_errors = pc.if_else(pa.array(no_url), pa.scalar(self.no_url_json), url_errors)
 
         # _data: every column (typed for fields), then fields absent from the table
         data_names = list(names) + [f.name for f in self.fields if f.name not in columns]

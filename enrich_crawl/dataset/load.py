@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import difflib
 import os
 import queue
 import threading
@@ -34,6 +33,7 @@ from enrich_crawl.dataset.read import BATCH_ROWS, RawBatch, ReadError, open_read
 from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.dataset.spec import DatasetSpec, SpecError
 from enrich_crawl.staging import DatasetStage, atomic_write, dumps, write_json
+from enrich_crawl.suggest import closest
 
 __all__ = [
     "CHUNK_ROWS",
@@ -176,15 +176,15 @@ class ShardWriters:
 
 
 def _suggest(name: str, columns: list[str]) -> str:
-    close = difflib.get_close_matches(name, columns, n=1, cutoff=0.6)
-    if not close:
-        lowered = {c.lower(): c for c in columns}
-        close = [lowered[name.lower()]] if name.lower() in lowered else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    # looser than a field's check: a column the spec needs is missing, any hint helps
+    close = closest(name, columns, cutoff=0.6)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def check_columns(spec: DatasetSpec, columns: list[str]) -> list[str]:
-    """Refuse a table without the spec's id/url/stale columns; return the fields it lacks."""
+    """Refuse a table without the spec's id/url/stale columns, or whose spec names a field that
+    is not a column but nearly one (a misspelt column, unless the field says `new: true`);
+    return the fields it lacks (new columns to fill)."""
     shown = ", ".join(repr(c) for c in columns[:40]) + (" ..." if len(columns) > 40 else "")
     wanted = [("id", spec.id)] + [("urls", c) for c in spec.urls]
     if spec.stale is not None:
@@ -195,7 +195,16 @@ def check_columns(spec: DatasetSpec, columns: list[str]) -> list[str]:
                 f"{spec.source}: the {key} column {column!r} named by {spec.path} is not in the "
                 f"table{_suggest(column, columns)}; the table's columns are: {shown}"
             )
-    return [name for name in spec.fields if name not in columns]
+    new = [name for name in spec.fields if name not in columns]
+    for name in new:
+        meant = None if spec.fields[name].new else closest(name, columns)
+        if meant is not None:
+            raise DatasetError(
+                f"{spec.path}: fields.{name}: {name!r} is not a column of {spec.source.name}; "
+                f"did you mean {meant!r}? (to add {name!r} as a new column to fill, write "
+                f"`{name}: {{new: true}}` under `fields`)"
+            )
+    return new
 
 
 def default_workers() -> int:

@@ -135,6 +135,7 @@ def ui_metadata(manifest: dict[str, Any]) -> dict[str, Any]:
         "records_without_urls": profile["records_without_urls"],
         "records_to_enrich": profile["records_to_enrich"],
         "type_errors": profile.get("type_errors", 0),
+        "new_columns": len(profile.get("new_columns") or []),
         "empty_rows": reading.get("empty_rows", 0),
         "decoded_lines": reading.get("decoded_lines", 0),
         "undecodable_lines": reading.get("undecodable_lines", 0),
@@ -183,6 +184,13 @@ def ui_metadata(manifest: dict[str, Any]) -> dict[str, Any]:
         ],
     )
     markdown = {"profile": fields_table, "summary": summary}
+    new_columns = profile.get("new_columns") or []
+    if new_columns:
+        # a field the table lacks becomes a column to fill (one close to a column name is refused
+        # at load as a likely typo unless it says `new: true`): shown so an odd one is seen
+        markdown["new_columns"] = markdown_table(
+            ["field", "in the table"], [[name, "no: a new column to fill"] for name in new_columns]
+        )
     if profile["rejected_sample"]:
         markdown["rejected_sample"] = markdown_table(
             ["row", "line", "id", "reason", "text"],

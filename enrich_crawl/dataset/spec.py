@@ -43,11 +43,17 @@ class SpecError(ValueError):
     """An invalid dataset spec; the message names the file and the key."""
 
 
+FIELD_OPTIONS = ("type", "refresh", "new")
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     name: str
     type: str = "string"
     refresh: bool = False
+    # the field is meant as a new column even though a column of the table has a name close to
+    # it (without it, such a field is taken for a misspelt column and refused at load)
+    new: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class DatasetSpec:
             "source": str(self.source),
             "id": self.id,
             "urls": list(self.urls),
-            "fields": {n: {"type": f.type, "refresh": f.refresh} for n, f in self.fields.items()},
+            "fields": {n: _field_dict(f) for n, f in self.fields.items()},
             "missing_values": list(self.missing_values),
             "crawl": self.crawl.to_dict(),
             "virtual_web": str(self.virtual_web) if self.virtual_web else None,
@@ -103,6 +109,13 @@ class DatasetSpec:
                 "fields": list(self.stale.fields),
             },
         }
+
+
+def _field_dict(spec: FieldSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": spec.type, "refresh": spec.refresh}
+    if spec.new:
+        out["new"] = True
+    return out
 
 
 def _fail(path: Path, key: str, reason: str) -> SpecError:
@@ -236,13 +249,13 @@ def _parse_spec(path: Path, content: bytes) -> DatasetSpec:
         options = options or {}
         if not isinstance(options, dict):
             raise _fail(path, key, f"expected a mapping like {{type: string}}, got {options!r}")
-        extra = sorted(set(options) - {"type", "refresh"})
+        extra = sorted(set(options) - set(FIELD_OPTIONS))
         if extra:
             raise _fail(
                 path,
                 f"{key}.{extra[0]}",
-                "unknown option (known: type, refresh)"
-                + did_you_mean(extra[0], ("type", "refresh")),
+                f"unknown option (known: {', '.join(FIELD_OPTIONS)})"
+                + did_you_mean(extra[0], FIELD_OPTIONS),
             )
         ftype = options.get("type", "string")
         if ftype not in FIELD_TYPES:
@@ -255,9 +268,12 @@ def _parse_spec(path: Path, content: bytes) -> DatasetSpec:
         refresh = options.get("refresh", False)
         if not isinstance(refresh, bool):
             raise _fail(path, f"{key}.refresh", "expected true or false")
+        new = options.get("new", False)
+        if not isinstance(new, bool):
+            raise _fail(path, f"{key}.new", "expected true or false")
         if fname == id_column:
             raise _fail(path, key, "the id column cannot be a field to enrich")
-        fields[fname] = FieldSpec(fname, ftype, refresh)
+        fields[fname] = FieldSpec(fname, ftype, refresh, new)
 
     missing = raw.get("missing_values", [])
     if not isinstance(missing, list) or not all(isinstance(m, (str, int, float)) for m in missing):

@@ -182,6 +182,10 @@ def _rows() -> list[tuple[bytes, Expect | str | None]]:
         (b"badport,http://h-ok.test:99999/,", bad),
         (b"ftp,ftp://h-ok.test/file.txt,", bad),
         (b"js,javascript:alert(1),", bad),
+        # a space inside a URL splits it: `http://exa` is refused (a single-label host, no DNS
+        # look-up), `mple.test/page` is tried and not found
+        (b"spaced,http://exa mple.test/page,", bad),
+        (b"nourl,,", Expect("unresolved", reason="no_url")),  # a blank URL cell: the reason
         (b"private,http://10.1.2.3/admin,", private),
         (b"loopback,http://127.0.0.1:8080/,", private),
         (b"hexip,http://0x7f000001/,", private),

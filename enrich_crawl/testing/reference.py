@@ -17,6 +17,7 @@ from enrich_crawl.dataset.cells import (
     coerce_cell,
     is_stale,
     marker_set,
+    no_url_error,
     raw_value,
     record_id,
 )
@@ -106,6 +107,8 @@ def clean_record(
                 notes.invalid_urls += 1
             elif url not in urls:
                 urls.append(url)
+    if not urls and not url_errors and missing:
+        url_errors.append(no_url_error(spec.urls))
     record = {
         "_id": rid,
         "_row": row,
