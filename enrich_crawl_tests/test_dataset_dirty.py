@@ -248,22 +248,31 @@ def test_a_single_label_host_in_a_cell_is_an_invalid_url(tmp_path):
     assert manifest["profile"]["invalid_urls"] == 1
 
 
-def test_a_field_that_nearly_names_a_column_is_refused_unless_declared_new(tmp_path):
-    """`fields: {sumary: {}}` on a table with `summary` is a typo, not a new column to fill: the
-    load stops naming the spec, the field and the column; `new: true` says it is meant."""
+def test_a_field_that_nearly_names_a_column_is_a_new_column_with_a_warning(tmp_path, caplog):
+    """`fields: {sumary: {}}` on a table with `summary` is most likely a typo, but a field that
+    is not a column is a legitimate new column to fill (the spec contract never required fields to
+    be columns): the load goes on, and the log and the seed metadata name the spec, the field and
+    the column it is close to; `new: true` says the new column is meant (no warning)."""
     (tmp_path / "t.csv").write_text("id,url,summary\n1,http://a.example/,\n", encoding="utf-8")
     spec = tmp_path / "t.yaml"
     head = "name: t\nsource: t.csv\nid: id\nurls: [url]\nfields:\n"
     spec.write_text(head + "  sumary: {}\n", encoding="utf-8")
-    with pytest.raises(DatasetError) as refused:
-        _load(spec, tmp_path)
-    message = str(refused.value)
-    assert message.startswith(f"{spec}: fields.sumary: 'sumary' is not a column of t.csv")
-    assert "did you mean 'summary'?" in message and "`sumary: {new: true}`" in message
+    with caplog.at_level("WARNING", logger="enrich_crawl.dataset.load"):
+        manifest, records, _ = _load(spec, tmp_path)
+    assert manifest["profile"]["near_miss_fields"] == {"sumary": "summary"}
+    assert records["1"]["_missing"] == ["sumary"]
+    (warning,) = [r.getMessage() for r in caplog.records if "sumary" in r.getMessage()]
+    assert warning.startswith(f"{spec}: fields.sumary: 'sumary' is not a column of t.csv")
+    assert "did you mean 'summary'?" in warning and "`sumary: {new: true}`" in warning
+    assert "did you mean 'summary'?" in ui_metadata(manifest)["markdown"]["new_columns"]
 
+    caplog.clear()
     spec.write_text(head + "  sumary: {new: true}\n  category: {}\n", encoding="utf-8")
-    manifest, records, _ = _load(spec, tmp_path)
-    # declared new, and a name far from every column: new columns to fill
+    with caplog.at_level("WARNING", logger="enrich_crawl.dataset.load"):
+        manifest, records, _ = _load(spec, tmp_path)
+    # declared new, and a name far from every column: new columns to fill, no warning
+    assert not [r for r in caplog.records if "is not a column" in r.getMessage()]
+    assert manifest["profile"]["near_miss_fields"] == {}
     assert manifest["profile"]["new_columns"] == ["sumary", "category"]
     assert records["1"]["_missing"] == ["sumary", "category"]
     assert manifest["spec"]["fields"]["sumary"] == {"type": "string", "refresh": False, "new": True}

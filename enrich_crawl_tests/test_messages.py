@@ -71,22 +71,6 @@ def test_the_cli_shows_the_suggestion_in_a_few_lines(tmp_path):
     assert "did you mean 'depth'?" in proc.stderr
 
 
-def test_a_misspelt_field_name_stops_the_run_in_a_few_lines_with_did_you_mean(tmp_path):
-    """`fields: {sumary: {}}` on a table with `summary` would silently add an empty column and
-    crawl for nothing: the run refuses it before anything starts, naming the spec file, the
-    field, the column it is close to, and how to say that a new column is meant."""
-    (tmp_path / "docs.csv").write_text("id,url,summary\n1,http://a.example/,\n")
-    spec = "name: docs\nsource: docs.csv\nid: id\nurls: [url]\nfields:\n  sumary: {}\n"
-    (tmp_path / "docs.yaml").write_text(spec, encoding="utf-8")
-    env = product_env(XDG_DATA_HOME=str(tmp_path / "xdg"))
-    proc = run_cli(["run", "--dataset", "docs.yaml"], env, tmp_path, timeout=120)
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) <= 5 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"{tmp_path / 'docs.yaml'}: fields.sumary: 'sumary' is not a column" in proc.stderr
-    assert "did you mean 'summary'?" in proc.stderr and "{new: true}" in proc.stderr
-
-
 BROKEN = """{
   "name": "shop",
   "url_patterns": ["^https://shop\\\\.example/"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import queue
 import threading
@@ -34,6 +35,8 @@ from enrich_crawl.dataset.seedfile import read_seed_shard
 from enrich_crawl.dataset.spec import DatasetSpec, SpecError
 from enrich_crawl.staging import DatasetStage, atomic_write, dumps, write_json
 from enrich_crawl.suggest import closest
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CHUNK_ROWS",
@@ -182,9 +185,8 @@ def _suggest(name: str, columns: list[str]) -> str:
 
 
 def check_columns(spec: DatasetSpec, columns: list[str]) -> list[str]:
-    """Refuse a table without the spec's id/url/stale columns, or whose spec names a field that
-    is not a column but nearly one (a misspelt column, unless the field says `new: true`);
-    return the fields it lacks (new columns to fill)."""
+    """Refuse a table without the spec's id/url/stale columns; return the fields it lacks (new
+    columns to fill)."""
     shown = ", ".join(repr(c) for c in columns[:40]) + (" ..." if len(columns) > 40 else "")
     wanted = [("id", spec.id)] + [("urls", c) for c in spec.urls]
     if spec.stale is not None:
@@ -195,16 +197,36 @@ def check_columns(spec: DatasetSpec, columns: list[str]) -> list[str]:
                 f"{spec.source}: the {key} column {column!r} named by {spec.path} is not in the "
                 f"table{_suggest(column, columns)}; the table's columns are: {shown}"
             )
-    new = [name for name in spec.fields if name not in columns]
-    for name in new:
-        meant = None if spec.fields[name].new else closest(name, columns)
+    return [name for name in spec.fields if name not in columns]
+
+
+def near_miss_fields(spec: DatasetSpec, columns: list[str]) -> dict[str, str]:
+    """{field: column} for the fields that are not columns of the table but nearly one
+    (`sumary` for `summary`): most likely a typo, though a new column to fill is legitimate, so
+    the load goes on and says so (log, seed metadata); `new: true` on a field says it is meant."""
+    near: dict[str, str] = {}
+    for name in spec.fields:
+        if name in columns or spec.fields[name].new:
+            continue
+        meant = closest(name, columns)
         if meant is not None:
-            raise DatasetError(
-                f"{spec.path}: fields.{name}: {name!r} is not a column of {spec.source.name}; "
-                f"did you mean {meant!r}? (to add {name!r} as a new column to fill, write "
-                f"`{name}: {{new: true}}` under `fields`)"
-            )
-    return new
+            near[name] = meant
+    return near
+
+
+def _warn_near_misses(spec: DatasetSpec, columns: list[str], profile: Profile) -> None:
+    profile.near_miss_fields = near_miss_fields(spec, columns)
+    for name, column in profile.near_miss_fields.items():
+        logger.warning(
+            "%s: fields.%s: %r is not a column of %s (did you mean %r?); it is filled as a new "
+            "column (write `%s: {new: true}` under `fields` to say it is meant)",
+            spec.path,
+            name,
+            name,
+            spec.source.name,
+            column,
+            name,
+        )
 
 
 def default_workers() -> int:
@@ -247,6 +269,7 @@ def prepare_dataset(
     cleaner = ChunkCleaner(spec, keys, today, reader.columns)
     if reader.columns:
         profile.new_columns = check_columns(spec, reader.columns)
+        _warn_near_misses(spec, reader.columns, profile)
     checked = bool(reader.columns)
     committed = False
     try:
@@ -254,6 +277,7 @@ def prepare_dataset(
             for batch, chunk in _cleaned(reader.batches(), cleaner, workers, timings):
                 if not checked and cleaner.columns:  # JSONL: the columns come with the records
                     profile.new_columns = check_columns(spec, cleaner.columns)
+                    _warn_near_misses(spec, cleaner.columns, profile)
                     checked = True
                 tick = time.monotonic()
                 _take_batch(spec, batch, chunk, ids, profile, writers, rejected_file)

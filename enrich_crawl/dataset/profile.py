@@ -45,6 +45,8 @@ class Profile:
     columns: dict[str, int] = field(default_factory=dict)  # missing cells per column
     rejected_sample: list[dict[str, Any]] = field(default_factory=list)
     new_columns: list[str] = field(default_factory=list)
+    # fields that are not columns but nearly one (likely typos; filled as new columns)
+    near_miss_fields: dict[str, str] = field(default_factory=dict)
     reading: dict[str, Any] = field(default_factory=dict)
 
     def reject(self, entry: dict[str, Any]) -> None:
@@ -81,6 +83,7 @@ class Profile:
             "records_to_enrich": self.records_to_enrich,
             "type_errors": self.type_errors,
             "new_columns": self.new_columns,
+            "near_miss_fields": self.near_miss_fields,
             "rejected_sample": self.rejected_sample,
             "fields": {
                 name: {
@@ -186,10 +189,20 @@ def ui_metadata(manifest: dict[str, Any]) -> dict[str, Any]:
     markdown = {"profile": fields_table, "summary": summary}
     new_columns = profile.get("new_columns") or []
     if new_columns:
-        # a field the table lacks becomes a column to fill (one close to a column name is refused
-        # at load as a likely typo unless it says `new: true`): shown so an odd one is seen
+        # a field the table lacks becomes a column to fill; one whose name is close to a column's
+        # is most likely a typo (`new: true` on the field says it is meant): shown so it is seen
+        near = profile.get("near_miss_fields") or {}
         markdown["new_columns"] = markdown_table(
-            ["field", "in the table"], [[name, "no: a new column to fill"] for name in new_columns]
+            ["field", "in the table"],
+            [
+                [
+                    name,
+                    f"no: a new column to fill; did you mean {near[name]!r}?"
+                    if name in near
+                    else "no: a new column to fill",
+                ]
+                for name in new_columns
+            ],
         )
     if profile["rejected_sample"]:
         markdown["rejected_sample"] = markdown_table(
