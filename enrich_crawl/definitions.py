@@ -5,10 +5,9 @@ No Twisted or Scrapy import happens here: every crawl runs in its own process.
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.assets import ASSETS
 from enrich_crawl.defs.checks import CHECKS
 from enrich_crawl.defs.datasets import dataset_spec
@@ -29,7 +28,7 @@ from enrich_crawl.defs.sensors import dataset_specs, dead_runs
 
 def _mongo() -> MongoResource:
     # EnvVar: read at run time and shown by name only in the UI; unset means the embedded server
-    if os.environ.get("MONGODB_URI"):
+    if config.mongodb_uri():
         return MongoResource(uri=dg.EnvVar("MONGODB_URI"))
     return MongoResource()
 

@@ -186,7 +186,7 @@ def check_mongo(database: str) -> str:
     from enrich_crawl.store.embedded import EmbeddedMongoError
     from enrich_crawl.store.mongo import connect, redact_uri, resolve_uri, scrub
 
-    given = os.environ.get("MONGODB_URI") or None
+    given = config.mongodb_uri()
     try:
         uri = resolve_uri(given, config.work_dir() / "mongo")
     except EmbeddedMongoError as exc:
@@ -235,7 +235,7 @@ def preflight(spec_path: Path, mappings_dir: Path | None = None) -> Preflight:
     checks = ["spec", "source", "mappings"]
     if check_postgres():
         checks.append("postgres")
-    database = os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+    database = config.mongodb_db()
     uri = check_mongo(database)
     checks.append("mongodb")
     if check_chromium(mappings):

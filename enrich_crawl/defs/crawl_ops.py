@@ -40,11 +40,9 @@ from enrich_crawl.defs.resources import (
 def _retry_policy() -> dg.RetryPolicy:
     """Retries of a crawl step (ENRICH_CRAWL_RETRIES, default 2; first delay
     ENRICH_CRAWL_RETRY_DELAY seconds, default 10, then doubled), read when the definitions load."""
-    retries = os.environ.get("ENRICH_CRAWL_RETRIES", "").strip()
-    delay = os.environ.get("ENRICH_CRAWL_RETRY_DELAY", "").strip()
     return dg.RetryPolicy(
-        max_retries=int(retries) if retries else 2,
-        delay=float(delay) if delay else 10.0,
+        max_retries=config.crawl_retries(),
+        delay=config.crawl_retry_delay(),
         backoff=dg.Backoff.EXPONENTIAL,
     )
 

@@ -8,10 +8,9 @@ on any number of machines. The `crawl` concurrency pool (dagster.yaml) bounds cr
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.assets import ASSETS
 from enrich_crawl.defs.datasets import dataset_spec
 from enrich_crawl.defs.partitions import ALL_SHARDS_TAGS
@@ -50,17 +49,12 @@ FORKSERVER = {
 STEP_EVENT_POLL = 0.25
 
 
-def _max_parallel() -> int:
-    raw = os.environ.get("ENRICH_MAX_PARALLEL", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 8
-
-
 @dg.configured(
     dg.multiprocess_executor,
     config_schema={
         "max_concurrent": dg.Field(
             int,
-            default_value=_max_parallel(),
+            default_value=config.max_parallel(),
             is_required=False,
             description="Steps (crawl processes) at once.",
         ),
@@ -96,15 +90,13 @@ def _executor():
 
 
 def _base_executor():
-    kind = os.environ.get("ENRICH_EXECUTOR", "multiprocess").strip().lower()
+    kind = config.executor_kind()
     if kind == "celery":
         from enrich_crawl.defs.celery_recovery import recovering_celery_executor
 
         return recovering_celery_executor
     if kind == "in_process":
         return dg.in_process_executor
-    if kind != "multiprocess":
-        raise ValueError(f"ENRICH_EXECUTOR={kind!r}: use multiprocess, celery or in_process")
     return enrich_multiprocess_executor
 
 

@@ -60,10 +60,9 @@ class DatasetResource(dg.ConfigurableResource):
         )
 
     def watched_dir(self) -> Path | None:
-        import os
-
-        raw = self.watch_dir or os.environ.get("ENRICH_DATASETS_DIR")
-        return Path(raw).expanduser().resolve() if raw else None
+        if self.watch_dir:
+            return Path(self.watch_dir).expanduser().resolve()
+        return config.datasets_dir()
 
 
 class StagingResource(dg.ConfigurableResource):
@@ -103,18 +102,9 @@ class CrawlerResource(dg.ConfigurableResource):
 
     def run_budget(self) -> float | None:
         """The per-run crawl budget in seconds, or None."""
-        import os
-
         if self.run_time_budget_seconds is not None:
             return self.run_time_budget_seconds if self.run_time_budget_seconds > 0 else None
-        raw = os.environ.get("ENRICH_RUN_TIME_BUDGET", "").strip()
-        if not raw:
-            return None
-        try:
-            value = float(raw)
-        except ValueError as exc:
-            raise ValueError(f"ENRICH_RUN_TIME_BUDGET={raw!r} is not a number of seconds") from exc
-        return value if value > 0 else None
+        return config.run_time_budget()
 
     def environment(self) -> dict[str, Any]:
         return {
@@ -179,18 +169,14 @@ class MongoResource(dg.ConfigurableResource):
     )
 
     def effective_uri(self) -> str:
-        import os
-
         from enrich_crawl.store.mongo import resolve_uri
 
-        uri = self.uri or os.environ.get("MONGODB_URI") or None
+        uri = self.uri or config.mongodb_uri()
         embedded = Path(self.embedded_dir) if self.embedded_dir else config.work_dir() / "mongo"
         return resolve_uri(uri, embedded)
 
     def database_name(self) -> str:
-        import os
-
-        return self.database or os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+        return self.database or config.mongodb_db()
 
     def client_options(self) -> dict[str, Any]:
         """pymongo keyword options (only those set: the URI's own options apply otherwise)."""
@@ -226,11 +212,9 @@ class MongoResource(dg.ConfigurableResource):
 
     def scrub(self, text: str) -> str:
         """`text` (e.g. an error message) without any credential of this resource."""
-        import os
-
         from enrich_crawl.store.mongo import scrub
 
-        uri = self.uri or os.environ.get("MONGODB_URI")
+        uri = self.uri or config.mongodb_uri()
         secrets = (self.password, self.tls_certificate_key_file_password)
         return scrub(text, uri, secrets=secrets)
 
@@ -286,11 +270,8 @@ class QualityResource(dg.ConfigurableResource):
     )
 
     def resolution_threshold(self, field: str) -> float:
-        import os
-
         if field in self.field_min_resolution_rate:
             return float(self.field_min_resolution_rate[field])
         if self.min_resolution_rate is not None:
             return self.min_resolution_rate
-        raw = os.environ.get("ENRICH_MIN_RESOLUTION_RATE", "").strip()
-        return float(raw) if raw else 0.5
+        return config.min_resolution_rate()
