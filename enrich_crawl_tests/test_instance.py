@@ -85,7 +85,7 @@ def test_dagster_pg_partly_set_is_an_error_naming_what_is_missing(tmp_path):
 
 def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_path):
     from enrich_crawl.dataset.load import DatasetError
-    from enrich_crawl.runner import _failure_reason
+    from enrich_crawl.summary import failure_reason
 
     @dg.asset
     def table_asset():
@@ -106,7 +106,7 @@ def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_p
             (plain_asset, "KeyError: 'city'"),
         ):
             result = dg.materialize([asset], instance=instance, raise_on_error=False)
-            reason = _failure_reason(result)
+            reason = failure_reason(result)
             first = reason.splitlines()[0]
             assert first == f"step {asset.key.to_user_string()} failed: {expected}", reason
             assert "Error occurred while executing" not in reason
