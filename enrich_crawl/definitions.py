@@ -13,7 +13,6 @@ from enrich_crawl.defs.checks import CHECKS
 from enrich_crawl.defs.datasets import dataset_spec
 from enrich_crawl.defs.export import enriched_export
 from enrich_crawl.defs.jobs import enrich_job, register_datasets_job
-from enrich_crawl.defs.learn_checks import LEARN_CHECKS
 from enrich_crawl.defs.pipes import CrawlProcessClient
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -21,6 +20,7 @@ from enrich_crawl.defs.resources import (
     MongoResource,
     QualityResource,
     StagingResource,
+    VirtualWebResource,
 )
 from enrich_crawl.defs.schedules import nightly_enrich
 from enrich_crawl.defs.sensors import dataset_specs, dead_runs
@@ -35,7 +35,7 @@ def _mongo() -> MongoResource:
 
 defs = dg.Definitions(
     assets=[*ASSETS, dataset_spec, enriched_export],
-    asset_checks=[*CHECKS, *LEARN_CHECKS],
+    asset_checks=CHECKS,
     jobs=[enrich_job, register_datasets_job],
     schedules=[nightly_enrich],
     sensors=[dataset_specs, dead_runs],
@@ -46,6 +46,7 @@ defs = dg.Definitions(
         "mongo": _mongo(),
         "crawl_process": CrawlProcessClient(),
         "quality": QualityResource(),
+        "virtual_web": VirtualWebResource(),
     },
 )
 
