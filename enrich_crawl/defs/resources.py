@@ -7,6 +7,8 @@ environment at run time by `enrich_crawl.config`, not at import.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,26 @@ class CrawlerResource(dg.ConfigurableResource):
             "proxy": self.proxy or config.http_proxy(),
             "chromium": config.chromium_path(),
         }
+
+
+class VirtualWebResource(dg.ConfigurableResource):
+    """Serves a dataset's own web (its spec's `virtual_web` folder: the demo, offline tests,
+    benchmarks) through enrich_crawl.virtualweb, one server per crawl; the server's request log is
+    the evidence the robots check audits."""
+
+    startup_timeout_seconds: float = Field(
+        default=20.0, description="How long the server may take to start (s)."
+    )
+
+    @contextlib.contextmanager
+    def serve(self, root: Path, log_path: Path) -> Iterator[Any]:
+        """The running server (its `proxy_url` is the crawl's proxy) until the block ends."""
+        from enrich_crawl.virtualweb import running_web
+
+        with running_web(
+            root, log_path=log_path, startup_timeout=self.startup_timeout_seconds
+        ) as web:
+            yield web
 
 
 class MongoResource(dg.ConfigurableResource):
