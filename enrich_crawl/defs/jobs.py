@@ -26,6 +26,7 @@ FORKSERVER = {
             "pandas",
             "pyarrow.parquet",
             "pymongo",
+            "enrich_crawl.defs.instance",  # the storage each step's instance opens
             "dagster._core.storage.sqlite_storage",
             "dagster._core.storage.local_compute_log_manager",
             "dagster_postgres",
@@ -46,6 +47,9 @@ FORKSERVER = {
 # wake the run's process ~50 times a second for the whole crawl, a few percent of a core. A step's
 # events (its log lines, its materialisation) can wait a little longer: nothing is lost (the queue
 # keeps them), and a round over eight idle steps takes at most 8 x STEP_EVENT_POLL.
+# Private: TICK is a module constant of dagster._core.executor.child_process_executor; neither
+# the executor's config nor any public API sets it (Dagster 1.13), and the alternative, an
+# executor of our own, would reimplement the multiprocess executor on more private machinery.
 STEP_EVENT_POLL = 0.25
 
 
