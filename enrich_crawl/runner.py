@@ -120,13 +120,19 @@ class RunWatch:
 
         try:
             run_id = self.run_id()
-            run = self.instance.get_run_by_id(run_id) if run_id else None
+            if not run_id:
+                return False
+            # a count, not the run itself: reading a run record costs its deserialisation
+            return bool(
+                self.instance.get_runs_count(
+                    filters=dg.RunsFilter(
+                        run_ids=[run_id],
+                        statuses=[dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED],
+                    )
+                )
+            )
         except Exception:  # a storage hiccup: ask again at the next check
             return False
-        return run is not None and run.status in (
-            dg.DagsterRunStatus.CANCELING,
-            dg.DagsterRunStatus.CANCELED,
-        )
 
     def _lost_message(self) -> str:
         from enrich_crawl.store.mongo import redact_uri
