@@ -28,8 +28,7 @@ import dagster as dg
 
 from enrich_crawl import config
 from enrich_crawl.contracts import CRAWL_FAILURE_FILE, WEB_REQUESTS_FILE
-from enrich_crawl.defs.assets import crawl_results, enriched_records, seed_dataset
-from enrich_crawl.defs.check_groups import check_group, check_spec
+from enrich_crawl.defs.check_groups import check_group, check_spec, specs
 from enrich_crawl.defs.learn_checks import learned_precision, mapping_agreement
 from enrich_crawl.defs.partitions import shards_of_run
 from enrich_crawl.defs.resources import (
@@ -79,7 +78,7 @@ def _seed_ids(stage, keys: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 @check_spec(
-    seed_dataset,
+    "seed_dataset",
     description="The seed has usable records, and rejects at most max_rejected_rate of the rows.",
 )
 def seed_profile(
@@ -122,7 +121,7 @@ MAX_INVALID_URL_RATE_ERROR = 0.5
 
 
 @check_spec(
-    seed_dataset,
+    "seed_dataset",
     description="The table is fit to enrich: usable records exist; few URL cells are invalid "
     f"(more than 20% warns, more than {MAX_INVALID_URL_RATE_ERROR:.0%} is an ERROR: the URL "
     "column is probably not one); few rows rejected; every line decodes.",
@@ -176,7 +175,7 @@ def seed_data_quality(
 
 
 @check_spec(
-    enriched_records,
+    "enriched_records",
     description="Every shard of the run was crawled. Blocking: a shard whose crawl failed after "
     "its retries fails the run, once the other shards' results were resolved and merged.",
     blocking=True,
@@ -215,7 +214,7 @@ def every_shard_crawled(
 
 
 @check_spec(
-    crawl_results,
+    "crawl_results",
     description="No request of the crawl went against robots.txt (server request log of a "
     "virtual web, and the crawler's record of fetched pages; see enrich_crawl.quality).",
 )
@@ -297,7 +296,7 @@ def _documents(mongo: MongoResource, collection: str, projection: dict[str, int]
 
 
 @check_spec(
-    enriched_records,
+    "enriched_records",
     description="Per field, the share of records that needed a value and got one is at least the "
     "threshold (QualityResource: min_resolution_rate, field_min_resolution_rate).",
 )
@@ -337,7 +336,7 @@ def resolution_rate(
 
 
 @check_spec(
-    enriched_records,
+    "enriched_records",
     description="MongoDB holds one document per usable record of the dataset (for the shards of "
     "the run), and no document that is not a usable record.",
 )
@@ -381,7 +380,7 @@ def documents_match_records(
 
 
 @check_spec(
-    enriched_records,
+    "enriched_records",
     description="No record holds a value that enrichment gave it without lineage explaining it "
     "(same value, source URL, mapping, run, partition).",
 )
@@ -416,22 +415,17 @@ def values_have_lineage(
     )
 
 
-seed_checks = check_group(
-    "seed_checks",
-    [seed_profile, seed_data_quality],
-    "The seed's checks: usable records, rejected rows, invalid URLs, decoding.",
-)
+# evaluated in their asset's op (assets.py), after the asset
+SEED_CHECKS = [seed_profile, seed_data_quality]
+MERGE_CHECKS = [resolution_rate, documents_match_records, values_have_lineage, every_shard_crawled]
+
 crawl_checks = check_group(
     "crawl_checks",
     [learned_precision, no_robots_violations, mapping_agreement],
     "The crawl's checks: learned rules' precision, robots.txt obeyed, mappings agree with the "
     "known values.",
 )
-enriched_checks = check_group(
-    "enriched_checks",
-    [resolution_rate, documents_match_records, values_have_lineage, every_shard_crawled],
-    "The merged records' checks: resolution rate, one document per record, lineage, every "
-    "shard crawled (blocking).",
-)
 
-CHECKS = [seed_checks, crawl_checks, enriched_checks]
+CHECKS = [crawl_checks]
+# every check of the definitions, wherever it is evaluated
+ALL_CHECK_SPECS = [*specs(SEED_CHECKS), *crawl_checks.check_specs, *specs(MERGE_CHECKS)]

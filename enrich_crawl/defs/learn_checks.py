@@ -12,7 +12,6 @@ crawl_results     mapping_agreement   the mappings the crawl used (hand-written 
 
 import dagster as dg
 
-from enrich_crawl.defs.assets import crawl_results, learned_mappings
 from enrich_crawl.defs.check_groups import check_spec
 from enrich_crawl.defs.crawl_ops import learned_dir_of
 from enrich_crawl.defs.resources import (
@@ -27,7 +26,7 @@ SAMPLE = 20
 
 
 @check_spec(
-    learned_mappings,
+    "learned_mappings",
     description="Every learned rule's held-out precision is at least min_learned_precision.",
 )
 def learned_precision(
@@ -59,7 +58,7 @@ def learned_precision(
 
 
 @check_spec(
-    crawl_results,
+    "crawl_results",
     description="The mappings (hand-written and learned) agree with the known values of a small "
     "sample of records; fails naming the mapping and field that disagree (e.g. a site changed "
     "its layout).",
