@@ -87,7 +87,7 @@ def check_spec(spec_path: Path):
 
 def check_source(spec) -> list[str]:
     """The table exists, can be read, and has the spec's id/url columns; returns its columns."""
-    from enrich_crawl.dataset.load import DatasetError, check_columns
+    from enrich_crawl.dataset.columns import DatasetError, check_columns
     from enrich_crawl.dataset.read import ReadError, open_reader
 
     source = Path(spec.source)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import difflib
 import os
 import queue
 import threading
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from enrich_crawl.dataset.clean import ChunkCleaner, CleanChunk
+from enrich_crawl.dataset.columns import DatasetError, check_columns
 from enrich_crawl.dataset.profile import TYPE_ERROR_SAMPLE, FieldProfile, Profile
 from enrich_crawl.dataset.read import BATCH_ROWS, RawBatch, ReadError, open_reader
 from enrich_crawl.dataset.seedfile import read_seed_shard
@@ -62,10 +62,6 @@ SEED_SCHEMA = pa.schema(
         ("_cell_errors", pa.string()),
     ]
 )
-
-
-class DatasetError(ValueError):
-    """The table cannot be used at all (missing file, no id column, unreadable)."""
 
 
 # -- ids: first wins ----------------------------------------------------------------------------
@@ -173,29 +169,6 @@ class ShardWriters:
 
 
 # -- the load -----------------------------------------------------------------------------------
-
-
-def _suggest(name: str, columns: list[str]) -> str:
-    close = difflib.get_close_matches(name, columns, n=1, cutoff=0.6)
-    if not close:
-        lowered = {c.lower(): c for c in columns}
-        close = [lowered[name.lower()]] if name.lower() in lowered else []
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_columns(spec: DatasetSpec, columns: list[str]) -> list[str]:
-    """Refuse a table without the spec's id/url/stale columns; return the fields it lacks."""
-    shown = ", ".join(repr(c) for c in columns[:40]) + (" ..." if len(columns) > 40 else "")
-    wanted = [("id", spec.id)] + [("urls", c) for c in spec.urls]
-    if spec.stale is not None:
-        wanted.append(("stale.column", spec.stale.column))
-    for key, column in wanted:
-        if column not in columns:
-            raise DatasetError(
-                f"{spec.source}: the {key} column {column!r} named by {spec.path} is not in the "
-                f"table{_suggest(column, columns)}; the table's columns are: {shown}"
-            )
-    return [name for name in spec.fields if name not in columns]
 
 
 def default_workers() -> int:
