@@ -9,6 +9,7 @@ results database is lost. The summary is enrich_crawl.summary's.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -215,6 +216,10 @@ def run_enrich_job(
     }
     stage = DatasetStage(config.work_dir(), spec.name)
     invocation = uuid.uuid4().hex
+    # what is loaded by now (Dagster, the definitions) lives as long as the command: out of the
+    # garbage collector's sight, its collections during the run do not traverse it again and again
+    gc.collect()
+    gc.freeze()
     tags = {
         **process_tags(),
         INVOCATION_TAG: invocation,

@@ -37,6 +37,8 @@ FORKSERVER = {
             "enrich_crawl.resolve",
             "enrich_crawl.store.merge",
             "enrich_crawl.quality",
+            # last: what is loaded by now is frozen (the steps do not traverse and copy it)
+            "enrich_crawl.defs.forkserver",
         ]
     }
 }
