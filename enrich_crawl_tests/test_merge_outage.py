@@ -141,7 +141,7 @@ SECRET = "S3cretPw-never-shown"
     backfill_policy=dg.BackfillPolicy.single_run(),
 )
 def enriched_records_once(
-    context: dg.AssetExecutionContext,
+    context,
     dataset: DatasetResource,
     staging: StagingResource,
     mongo: MongoResource,
