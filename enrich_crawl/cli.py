@@ -16,6 +16,7 @@ enrich-crawl worker -y celery.yaml [-n NAME] [-- CELERY ARGS]   a Celery worker 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -33,6 +34,19 @@ def _run(
     demo: bool = False,
     verbose: bool = False,
     learn: bool = False,
+) -> int:
+    # no garbage collection while the command loads (Dagster, the definitions, the preflight's
+    # libraries: hundreds of thousands of objects, traversed again at every collection); the run
+    # collects once, freezes what is loaded and turns it back on (runner.run_enrich_job)
+    gc.disable()
+    try:
+        return _run_loaded(spec_path, mappings, demo=demo, verbose=verbose, learn=learn)
+    finally:
+        gc.enable()
+
+
+def _run_loaded(
+    spec_path: Path, mappings: Path | None, *, demo: bool, verbose: bool, learn: bool
 ) -> int:
     from enrich_crawl import config
     from enrich_crawl.home import enrich_crawl_hint, ensure_dagster_home

@@ -220,6 +220,7 @@ def run_enrich_job(
     # garbage collector's sight, its collections during the run do not traverse it again and again
     gc.collect()
     gc.freeze()
+    gc.enable()
     tags = {
         **process_tags(),
         INVOCATION_TAG: invocation,
