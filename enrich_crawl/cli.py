@@ -16,15 +16,13 @@ enrich-crawl worker -y celery.yaml [-n NAME] [-- CELERY ARGS]   a Celery worker 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
 from pathlib import Path
 
-
-def _err(message: str) -> None:
-    sys.stderr.write(f"enrich-crawl: {message}\n")
-
+from enrich_crawl.cli_mapping import add_mapping_parser, say_error
 
 # -- run / demo ------------------------------------------------------------------------------------
 
@@ -37,19 +35,29 @@ def _run(
     verbose: bool = False,
     learn: bool = False,
 ) -> int:
+    # no garbage collection while the command loads (Dagster, the definitions, the preflight's
+    # libraries: hundreds of thousands of objects, traversed again at every collection); the run
+    # collects once, freezes what is loaded and turns it back on (runner.run_enrich_job)
+    gc.disable()
+    try:
+        return _run_loaded(spec_path, mappings, demo=demo, verbose=verbose, learn=learn)
+    finally:
+        gc.enable()
+
+
+def _run_loaded(
+    spec_path: Path, mappings: Path | None, *, demo: bool, verbose: bool, learn: bool
+) -> int:
     from enrich_crawl import config
+    from enrich_crawl.home import enrich_crawl_hint, ensure_dagster_home
     from enrich_crawl.preflight import PreflightError, preflight
-    from enrich_crawl.runner import (
-        enrich_crawl_hint,
-        ensure_dagster_home,
-        print_summary,
-        run_enrich_job,
-    )
+    from enrich_crawl.runner import run_enrich_job
+    from enrich_crawl.summary import print_summary
 
     try:
         checked = preflight(spec_path, mappings or config.mappings_dir())
     except PreflightError as exc:
-        _err(str(exc))
+        say_error(str(exc))
         return 2
     spec, mappings_dir = checked.spec, checked.mappings_dir
     home = ensure_dagster_home()
@@ -93,10 +101,10 @@ def _run_counts(spec, uri: str, stop_hint: str) -> tuple[dict | None, str]:
     from enrich_crawl.staging import DatasetStage, read_json
     from enrich_crawl.store.mongo import connect, redact_uri
 
-    database = os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+    database = config.mongodb_db()
     stage = DatasetStage(config.work_dir(), spec.name)
     where = f"{redact_uri(uri)}  database {database}, collection {spec.name}"
-    if not os.environ.get("MONGODB_URI"):
+    if not config.mongodb_uri():
         where += f"  (embedded server; stop it with: {stop_hint})"
     client = connect(uri, serverSelectionTimeoutMS=5000, connectTimeoutMS=5000)
     try:
@@ -130,351 +138,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
 
 
-# -- mappings ------------------------------------------------------------------------------------
-
-
-def cmd_mapping_check(args: argparse.Namespace) -> int:
-    """Validate a folder (or one file) of mappings: every problem as FILE: $.path: reason."""
-    from enrich_crawl import config
-    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
-
-    target = Path(args.dir) if args.dir else config.mappings_dir()
-    try:
-        mappings = MappingSet.load(target, strict=False)
-    except MappingLoadError as exc:  # the folder itself is missing
-        for error in exc.errors:
-            sys.stderr.write(f"error: {error}\n")
-        return 2
-    if args.json:
-        report = {
-            "path": str(target),
-            "valid": [
-                {
-                    "name": m.name,
-                    "file": str(m.path),
-                    "fields": m.field_names,
-                    "url_parsers": len(m.url_parsers),
-                    "render": m.render,
-                    "priority": m.priority,
-                }
-                for m in mappings
-            ],
-            "errors": mappings.errors,
-        }
-        sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    else:
-        for mapping in mappings:
-            sys.stdout.write(
-                f"ok  {mapping.name:<28} {mapping.path.name if mapping.path else ''}  "
-                f"fields: {', '.join(mapping.field_names) or '-'}; url_parsers: "
-                f"{len(mapping.url_parsers)}; render: {mapping.render}; "
-                f"priority: {mapping.priority}\n"
-            )
-        for error in mappings.errors:
-            sys.stderr.write(f"error: {error}\n")
-    bad_files = len({error.split(": $", 1)[0] for error in mappings.errors})
-    if mappings.errors:
-        sys.stderr.write(
-            f"{bad_files} invalid mapping file(s) ({len(mappings.errors)} problem(s)), "
-            f"{len(mappings)} valid, in {target}\n"
-        )
-        return 1
-    if not len(mappings):
-        sys.stderr.write(f"no mappings (*.json) in {target}\n")
-        return 1
-    if not args.json:
-        sys.stdout.write(f"{len(mappings)} valid mapping(s) in {target}\n")
-    return 0
-
-
-def _learning_setup(spec_path: str) -> tuple[object, object, list[Path]]:
-    """The spec, a FetchContext and the seed shards of `mapping learn|evaluate`: the table is
-    loaded and cleaned as `run` does (into a staging folder of its own), and the pages are
-    fetched with `run`'s identity, limiter and crawled-URL store. Raises ValueError (bad input)."""
-    from enrich_crawl import config
-    from enrich_crawl.dataset.load import DatasetError, prepare_dataset
-    from enrich_crawl.dataset.spec import SpecError, load_spec
-    from enrich_crawl.learning import FetchContext
-    from enrich_crawl.runner import ensure_dagster_home
-    from enrich_crawl.staging import DatasetStage
-    from enrich_crawl.store.mongo import resolve_uri
-
-    try:
-        spec = load_spec(spec_path)
-    except SpecError as exc:
-        raise ValueError(str(exc)) from None
-    # the same home as `run` (its staging area and embedded MongoDB): the pages fetched here
-    # are the ones the next run finds in the crawled-URL store
-    ensure_dagster_home(initialise=False)
-    stage = DatasetStage(config.work_dir() / "_learn", spec.name)
-    try:
-        manifest = prepare_dataset(spec, stage, ["all"])
-    except (DatasetError, SpecError) as exc:
-        raise ValueError(str(exc)) from None
-    sys.stderr.write(
-        f"{spec.name}: {manifest['profile']['usable']} usable records in {spec.source}\n"
-    )
-    uri = resolve_uri(os.environ.get("MONGODB_URI") or None, config.work_dir() / "mongo")
-    ctx = FetchContext.from_environment(
-        stage.base / "collect",
-        uri,
-        os.environ.get("MONGODB_DB") or config.DEFAULT_DB,
-        log=lambda line: sys.stderr.write(line + "\n"),
-    )
-    return spec, ctx, [stage.seed_shard("all")]
-
-
-def _mappings_or_error(path: Path) -> object:
-    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet
-
-    try:
-        return MappingSet.load(path)
-    except MappingLoadError as exc:
-        raise ValueError(f"{exc}\n(check them with: enrich-crawl mapping check {path})") from None
-
-
-def cmd_mapping_learn(args: argparse.Namespace) -> int:
-    """Learn mappings from the dataset's known values (SPEC 3b); exit 0 even when nothing could
-    be learned (the report says why), 2 on bad input."""
-    from enrich_crawl.learning import LearningError, learn_dataset
-
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        _err(f"--out {out}: exists and is not a folder")
-        return 2
-    if not 0 < args.min_precision <= 1:
-        _err(f"--min-precision {args.min_precision}: must be a share in (0, 1], e.g. 0.95")
-        return 2
-    if args.per_template < 1:
-        _err(f"--per-template {args.per_template}: must be at least 1")
-        return 2
-    given = Path(args.mappings) if args.mappings else None
-    try:
-        if given is not None:
-            _mappings_or_error(given)
-        spec, ctx, seeds = _learning_setup(args.dataset)
-        outcome = learn_dataset(
-            spec,
-            seeds,
-            out,
-            ctx,
-            given_dir=given,
-            min_precision=args.min_precision,
-            per_template=args.per_template,
-        )
-    except (LearningError, ValueError) as exc:
-        _err(str(exc))
-        return 2
-    except RuntimeError as exc:
-        _err(str(exc))
-        return 1
-    fetch = outcome.fetch
-    sys.stdout.write(
-        f"sampled {fetch['records_sampled']} records with known values "
-        f"({fetch['templates']} URL templates); pages fetched {fetch['pages_fetched']}, from "
-        f"the store {fetch['pages_from_store']}, robots.txt {fetch['robots_fetched']}\n"
-    )
-    for name, entry in (outcome.report.get("fields") or {}).items():
-        sys.stdout.write(f"  {name}: {_field_line(entry)}\n")
-    written = [p for p in outcome.files if p.name != "learn-report.json"]
-    sys.stdout.write(
-        f"{len(written)} learned mapping file(s) and learn-report.json in {out}\n"
-        + (
-            f"use them with: enrich-crawl run --dataset {args.dataset} --mappings {out}\n"
-            if written
-            else ""
-        )
-    )
-    return 0
-
-
-def _field_line(entry: object) -> str:
-    """One line of the learn report's entry of a field."""
-    if not isinstance(entry, dict):
-        return str(entry)
-    parts = [f"examples {entry.get('examples', 0)}"]
-    for mapping, outcome in sorted((entry.get("mappings") or {}).items()):
-        kept = (outcome or {}).get("kept")
-        if kept:
-            parts.append(
-                f"{mapping}: precision {kept.get('precision')}, recall {kept.get('recall')}"
-            )
-    if entry.get("why_nothing"):
-        parts.append(f"nothing learned: {entry['why_nothing']}")
-    return ", ".join(parts)
-
-
-def cmd_mapping_evaluate(args: argparse.Namespace) -> int:
-    """Agreement of mappings with the dataset's known values, as JSON (SPEC 3b)."""
-    from enrich_crawl import config
-    from enrich_crawl.learning import LearningError, evaluate_dataset
-
-    if args.sample < 1:
-        _err(f"--sample {args.sample}: must be at least 1 (records per mapping)")
-        return 2
-    mappings_dir = Path(args.mappings) if args.mappings else config.mappings_dir()
-    try:
-        mappings = _mappings_or_error(mappings_dir)
-        if not len(mappings):
-            raise ValueError(f"{mappings_dir}: no mappings (*.json) to evaluate")
-        spec, ctx, seeds = _learning_setup(args.dataset)
-        result = evaluate_dataset(spec, seeds, mappings, mappings_dir, ctx, per_mapping=args.sample)
-    except (LearningError, ValueError) as exc:
-        _err(str(exc))
-        return 2
-    except RuntimeError as exc:
-        _err(str(exc))
-        return 1
-    sys.stdout.write(json.dumps(result, ensure_ascii=False, indent=2, default=str) + "\n")
-    return 0
-
-
-MAX_FETCH_BYTES = 20 * 1024 * 1024
-
-
-def _fetch(url: str) -> tuple[str, bytes, str | None, int]:
-    """GET url (honours http_proxy/https_proxy, follows redirects); returns (final url, body,
-    content type, status). HTTP error pages are returned too: their status says what happened."""
-    import urllib.error
-    import urllib.request
-
-    from enrich_crawl import config
-
-    request = urllib.request.Request(
-        url,
-        headers={
-            "User-Agent": config.user_agent(),
-            "Accept": "text/html,application/xhtml+xml,application/json;q=0.9,*/*;q=0.8",
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body = response.read(MAX_FETCH_BYTES)
-            return response.geturl(), body, response.headers.get("Content-Type"), response.status
-    except urllib.error.HTTPError as exc:
-        return (
-            exc.geturl() or url,
-            exc.read(MAX_FETCH_BYTES),
-            exc.headers.get("Content-Type"),
-            exc.code,
-        )
-
-
-def _guess_content_type(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in (".json", ".jsonld"):
-        return "application/json"
-    if suffix in (".xml", ".rss", ".atom"):
-        return "application/xml"
-    if suffix in (".txt",):
-        return "text/plain"
-    return "text/html"
-
-
-def _not_on_page_hints(page, fragment: str, record_id: str) -> list[str]:
-    """Why a page may have given no field: the fragment names no element of the page (the usual
-    cause when mappings select `//*[@id=$fragment]`), or the record id is nowhere in its text."""
-    import difflib
-
-    hints = []
-    tree = page.tree
-    if fragment and tree is not None and page.kind == "html":
-        ids = [str(v) for v in tree.xpath("//@id | //a/@name")]
-        if fragment not in ids:
-            near = difflib.get_close_matches(fragment, ids, n=5, cutoff=0.6)
-            if not near:
-                lowered = fragment.lower()
-                near = [i for i in ids if lowered in i.lower() or i.lower() in lowered][:5]
-            if near:
-                listed = f"ids nearby: {', '.join(near)}"
-            elif ids:
-                listed = f"{len(ids)} ids on the page, e.g. {', '.join(ids[:5])}"
-            else:
-                listed = "the page has no id at all"
-            hints.append(f"no element of the page has the id {fragment!r} ($fragment); {listed}")
-    if record_id and record_id not in page.text:
-        hints.append(f"the record id {record_id!r} ($id) does not occur in the page's text")
-    return hints
-
-
-def cmd_mapping_test(args: argparse.Namespace) -> int:
-    """Run mappings on one page and print {"mappings", "fields", "links"}."""
-    from enrich_crawl.extract.mapping import MappingLoadError, MappingSet, try_mappings
-    from enrich_crawl.extract.page import Page
-    from enrich_crawl.urls import fragment_of, without_fragment
-
-    target = Path(args.mapping)
-    try:
-        candidates = list(MappingSet.load(target))
-    except MappingLoadError as exc:
-        _err(str(exc))
-        return 2
-    if args.url:
-        url = args.url
-        if "://" not in url:
-            _err(f"{url}: not an absolute URL (e.g. https://example.org/page.html)")
-            return 2
-        try:
-            final, body, ctype, status = _fetch(without_fragment(url))
-        except (OSError, ValueError) as exc:
-            _err(f"{url}: cannot fetch: {getattr(exc, 'reason', None) or exc}")
-            return 2
-        if final != without_fragment(url):
-            sys.stderr.write(f"note: redirected to {final}\n")
-        if status >= 400:
-            sys.stderr.write(f"note: {final} answered HTTP {status}\n")
-    else:
-        if not args.base_url:
-            _err("--file needs --base-url (the URL the page was fetched from)")
-            return 2
-        path = Path(args.file)
-        try:
-            body = path.read_bytes()
-        except OSError as exc:
-            _err(f"{path}: cannot read: {exc.strerror or exc}")
-            return 2
-        url = args.base_url
-        final, status = without_fragment(url), 200
-        ctype = args.content_type or _guess_content_type(path)
-    fragment = args.fragment if args.fragment is not None else fragment_of(url)
-    field_types: dict[str, str] = {}
-    if args.dataset:
-        from enrich_crawl.dataset.spec import SpecError, load_spec
-
-        try:
-            field_types = load_spec(args.dataset).field_types()
-        except SpecError as exc:
-            _err(str(exc))
-            return 2
-    page = Page(final, body, content_type=ctype, status=status)
-    output, errors = try_mappings(
-        candidates,
-        page,
-        fragment=fragment,
-        record_id=args.id or "",
-        field_types=field_types,
-        force=args.force,
-    )
-    for error in errors:
-        sys.stderr.write(f"error: {error}\n")
-    if output["mappings"] and not output["fields"]:
-        for hint in _not_on_page_hints(page, fragment, args.id or ""):
-            sys.stderr.write(f"note: {hint}\n")
-    if not output["mappings"]:
-        match_url = final + (f"#{fragment}" if fragment else "")
-        sys.stderr.write(
-            f"note: no mapping's url_patterns match {match_url} (--force runs them anyway)\n"
-        )
-    sys.stdout.write(json.dumps(output, ensure_ascii=False, indent=2, default=str) + "\n")
-    return 0
-
-
 # -- the Dagster UI --------------------------------------------------------------------------------
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
     """`dagster dev` on the home's instance with the project's definitions, from any folder."""
-    from enrich_crawl.runner import ensure_dagster_home
+    from enrich_crawl.home import ensure_dagster_home
 
     home = ensure_dagster_home()
     command = [
@@ -504,7 +173,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def cmd_mongo(args: argparse.Namespace) -> int:
     from enrich_crawl import config
-    from enrich_crawl.runner import ensure_dagster_home
+    from enrich_crawl.home import ensure_dagster_home
     from enrich_crawl.store.embedded import embedded_mongo_status, stop_embedded_mongo
 
     ensure_dagster_home()
@@ -531,18 +200,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     from enrich_crawl.dataset.spec import SpecError, load_spec
     from enrich_crawl.defs.resources import MongoResource
     from enrich_crawl.export import ExportError, export_dataset, export_format
-    from enrich_crawl.runner import ensure_dagster_home
+    from enrich_crawl.home import ensure_dagster_home
 
     try:
         spec = load_spec(args.dataset)
     except SpecError as exc:
-        _err(str(exc))
+        say_error(str(exc))
         return 2
     out = Path(args.out) if args.out else Path(f"{spec.name}.enriched.{args.format or 'csv'}")
     try:
         fmt = export_format(out, args.format)
     except ExportError as exc:
-        _err(str(exc))
+        say_error(str(exc))
         return 2
     ensure_dagster_home()  # the embedded server (MONGODB_URI unset) lives in the instance's home
     mongo = MongoResource(database=args.db) if args.db else MongoResource()
@@ -551,7 +220,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         collection = client[mongo.database_name()][spec.name]
         if collection.find_one({}, {"_id": 1}) is None:
-            _err(f"no results in {where}: run the job first (enrich-crawl run --dataset ...)")
+            say_error(f"no results in {where}: run the job first (enrich-crawl run --dataset ...)")
             return 1
         result = export_dataset(
             collection,
@@ -563,10 +232,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     except PyMongoError as exc:
         reason = str(exc).split(", Timeout:")[0].split("\n")[0]
-        _err(f"MongoDB not reachable ({where}): {mongo.scrub(reason)}")
+        say_error(f"MongoDB not reachable ({where}): {mongo.scrub(reason)}")
         return 1
     except (ExportError, OSError) as exc:
-        _err(str(exc))
+        say_error(str(exc))
         return 1
     finally:
         client.close()
@@ -579,6 +248,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+
     parser = argparse.ArgumentParser(
         prog="enrich-crawl",
         description="Fill the gaps of a dirty dataset from the web, politely, with lineage.",
@@ -601,58 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
-    mapping = sub.add_parser("mapping", help="check or try mappings")
-    msub = mapping.add_subparsers(dest="mapping_command", required=True)
-    check = msub.add_parser("check", help="validate mappings; non-zero exit if any is invalid")
-    check.add_argument(
-        "dir", nargs="?", help="mappings folder or one mapping file (default: mappings/)"
-    )
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.set_defaults(func=cmd_mapping_check)
-    learn = msub.add_parser(
-        "learn", help="learn mappings from the values the dataset already holds (SPEC 3b)"
-    )
-    learn.add_argument("--dataset", required=True, help="dataset spec YAML")
-    learn.add_argument("--out", required=True, help="folder for the learned mappings and report")
-    learn.add_argument(
-        "--mappings", help="hand-written mappings: kept as they are, and they take precedence"
-    )
-    learn.add_argument(
-        "--min-precision",
-        type=float,
-        default=0.95,
-        help="held-out precision a rule needs to be kept (default 0.95)",
-    )
-    learn.add_argument(
-        "--per-template",
-        type=int,
-        default=40,
-        help="example records fetched per site template and field (default 40)",
-    )
-    learn.set_defaults(func=cmd_mapping_learn)
-    evaluate = msub.add_parser(
-        "evaluate", help="how well mappings agree with the dataset's known values, as JSON"
-    )
-    evaluate.add_argument("--dataset", required=True, help="dataset spec YAML")
-    evaluate.add_argument(
-        "--mappings", help="mappings folder (default: ENRICH_MAPPINGS or mappings/)"
-    )
-    evaluate.add_argument(
-        "--sample", type=int, default=10, help="records fetched per mapping (default 10)"
-    )
-    evaluate.set_defaults(func=cmd_mapping_evaluate)
-    test = msub.add_parser("test", help="print the fields and links a mapping extracts, as JSON")
-    test.add_argument("mapping", help="mapping JSON file (or a folder: every mapping that matches)")
-    source = test.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="fetch this URL (honours http_proxy, follows redirects)")
-    source.add_argument("--file", help="a saved page")
-    test.add_argument("--base-url", help="the URL the --file page was fetched from")
-    test.add_argument("--fragment", help="value of $fragment (default: the URL's fragment)")
-    test.add_argument("--id", help="value of $id")
-    test.add_argument("--content-type", help="Content-Type of the --file page")
-    test.add_argument("--dataset", help="dataset spec, to type the fields like a crawl does")
-    test.add_argument("--force", action="store_true", help="run even if url_patterns do not match")
-    test.set_defaults(func=cmd_mapping_test)
+    add_mapping_parser(sub)
 
     ui = sub.add_parser(
         "ui", help="open the Dagster UI on the runs of this home (every folder's runs)"
@@ -717,7 +336,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             args.celery_args,
         )
     except WorkerConfigError as exc:
-        _err(str(exc))
+        say_error(str(exc))
         return 2
     return 0  # not reached: the process is the worker now
 
@@ -727,14 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        _err("interrupted")
+        say_error("interrupted")
         return 130
     except Exception as exc:  # a few lines here; the whole traceback in the log file
         from enrich_crawl.preflight import first_line, log_exception
 
         log = log_exception(exc, f"enrich-crawl {args.command}")
-        _err(f"{type(exc).__name__}: {first_line(str(exc))}")
-        _err(f"(the full trace is in {log})")
+        say_error(f"{type(exc).__name__}: {first_line(str(exc))}")
+        say_error(f"(the full trace is in {log})")
         return 1
 
 

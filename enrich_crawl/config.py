@@ -72,6 +72,109 @@ def mongodb_uri() -> str | None:
     return os.environ.get("MONGODB_URI") or None
 
 
+def mongodb_db() -> str:
+    """MONGODB_DB: the results database's name (default enrich_crawl)."""
+    return os.environ.get("MONGODB_DB") or DEFAULT_DB
+
+
+def datasets_dir() -> Path | None:
+    """ENRICH_DATASETS_DIR: the folder of dataset specs the sensor watches (None: not set)."""
+    raw = os.environ.get("ENRICH_DATASETS_DIR", "").strip()
+    return Path(raw).expanduser().resolve() if raw else None
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
+
+
+def run_time_budget() -> float | None:
+    """ENRICH_RUN_TIME_BUDGET: seconds after which a run's crawls stop cleanly (None: no budget)."""
+    raw = os.environ.get("ENRICH_RUN_TIME_BUDGET", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"ENRICH_RUN_TIME_BUDGET={raw!r} is not a number of seconds") from exc
+    return value if value > 0 else None
+
+
+def min_resolution_rate() -> float:
+    """ENRICH_MIN_RESOLUTION_RATE: the resolution_rate check's threshold (default 0.5)."""
+    raw = os.environ.get("ENRICH_MIN_RESOLUTION_RATE", "").strip()
+    return float(raw) if raw else 0.5
+
+
+def max_parallel() -> int:
+    """ENRICH_MAX_PARALLEL: crawl steps at once in one run (multiprocess executor; default 8)."""
+    raw = os.environ.get("ENRICH_MAX_PARALLEL", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 8
+
+
+EXECUTORS = ("multiprocess", "celery", "in_process")
+
+
+def executor_kind() -> str:
+    """ENRICH_EXECUTOR: multiprocess (default), celery or in_process."""
+    kind = os.environ.get("ENRICH_EXECUTOR", "multiprocess").strip().lower()
+    if kind not in EXECUTORS:
+        raise ValueError(f"ENRICH_EXECUTOR={kind!r}: use multiprocess, celery or in_process")
+    return kind
+
+
+def crawl_retries() -> int:
+    """ENRICH_CRAWL_RETRIES: retries of a failed crawl step (default 2)."""
+    raw = os.environ.get("ENRICH_CRAWL_RETRIES", "").strip()
+    return int(raw) if raw else 2
+
+
+def crawl_retry_delay() -> float:
+    """ENRICH_CRAWL_RETRY_DELAY: seconds before a crawl step's first retry (default 10)."""
+    raw = os.environ.get("ENRICH_CRAWL_RETRY_DELAY", "").strip()
+    return float(raw) if raw else 10.0
+
+
+def schedule_cron() -> str:
+    """ENRICH_SCHEDULE_CRON: when nightly_enrich runs (default every night at 02:00)."""
+    return os.environ.get("ENRICH_SCHEDULE_CRON", "").strip() or "0 2 * * *"
+
+
+def schedule_timezone() -> str:
+    """ENRICH_SCHEDULE_TZ: the timezone of ENRICH_SCHEDULE_CRON (default UTC)."""
+    return os.environ.get("ENRICH_SCHEDULE_TZ", "").strip() or "UTC"
+
+
+def schedule_running() -> bool:
+    """ENRICH_SCHEDULE_RUNNING: nightly_enrich on by default (default off)."""
+    return env_flag("ENRICH_SCHEDULE_RUNNING")
+
+
+def run_dead_after() -> float | None:
+    """ENRICH_RUN_DEAD_AFTER: seconds without a heartbeat after which a run is dead (None: not
+    set; enrich_crawl.recovery has the default and the floor)."""
+    raw = os.environ.get("ENRICH_RUN_DEAD_AFTER", "").strip()
+    return _seconds("ENRICH_RUN_DEAD_AFTER", 0.0) if raw else None
+
+
+def worker_lost_seconds() -> float:
+    """ENRICH_WORKER_LOST_SECONDS: a Celery worker silent this long is lost (default 60)."""
+    return _seconds("ENRICH_WORKER_LOST_SECONDS", 60.0)
+
+
+def worker_ping_seconds() -> float:
+    """ENRICH_WORKER_PING_SECONDS: how often the run pings the workers of its steps (default 10)."""
+    return _seconds("ENRICH_WORKER_PING_SECONDS", 10.0)
+
+
+def lost_step_retries() -> int:
+    """ENRICH_LOST_STEP_RETRIES: retries of a lost worker's step beyond its policy (default 1)."""
+    return int(_seconds("ENRICH_LOST_STEP_RETRIES", 1))
+
+
 def shard_count() -> int:
     raw = os.environ.get("ENRICH_SHARDS", "").strip()
     if not raw:
@@ -132,13 +235,23 @@ def work_dir() -> Path:
     return home() / "storage" / "enrich_crawl"
 
 
+def work_dir_given() -> bool:
+    """ENRICH_WORK_DIR is set (a printed command must carry it to reach the same staging area)."""
+    return bool(os.environ.get("ENRICH_WORK_DIR"))
+
+
+def use_home(path: Path) -> None:
+    """Make `path` this process's home, and its children's (DAGSTER_HOME)."""
+    os.environ["DAGSTER_HOME"] = str(path)
+
+
 def dagster_env_prefix() -> str:
     """What a printed `dagster ...` command needs in front to act on this home from any folder
     (without DAGSTER_HOME, Dagster would use a temporary instance there)."""
     import shlex
 
     prefix = f"DAGSTER_HOME={shlex.quote(str(home()))} "
-    if os.environ.get("ENRICH_WORK_DIR"):
+    if work_dir_given():
         prefix += f"ENRICH_WORK_DIR={shlex.quote(str(work_dir()))} "
     return prefix
 

@@ -5,16 +5,14 @@ No Twisted or Scrapy import happens here: every crawl runs in its own process.
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.assets import ASSETS
 from enrich_crawl.defs.checks import CHECKS
 from enrich_crawl.defs.datasets import dataset_spec
 from enrich_crawl.defs.export import enriched_export
 from enrich_crawl.defs.jobs import enrich_job, register_datasets_job
-from enrich_crawl.defs.learn_checks import LEARN_CHECKS
 from enrich_crawl.defs.pipes import CrawlProcessClient
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -22,6 +20,7 @@ from enrich_crawl.defs.resources import (
     MongoResource,
     QualityResource,
     StagingResource,
+    VirtualWebResource,
 )
 from enrich_crawl.defs.schedules import nightly_enrich
 from enrich_crawl.defs.sensors import dataset_specs, dead_runs
@@ -29,14 +28,14 @@ from enrich_crawl.defs.sensors import dataset_specs, dead_runs
 
 def _mongo() -> MongoResource:
     # EnvVar: read at run time and shown by name only in the UI; unset means the embedded server
-    if os.environ.get("MONGODB_URI"):
+    if config.mongodb_uri():
         return MongoResource(uri=dg.EnvVar("MONGODB_URI"))
     return MongoResource()
 
 
 defs = dg.Definitions(
     assets=[*ASSETS, dataset_spec, enriched_export],
-    asset_checks=[*CHECKS, *LEARN_CHECKS],
+    asset_checks=CHECKS,
     jobs=[enrich_job, register_datasets_job],
     schedules=[nightly_enrich],
     sensors=[dataset_specs, dead_runs],
@@ -47,6 +46,7 @@ defs = dg.Definitions(
         "mongo": _mongo(),
         "crawl_process": CrawlProcessClient(),
         "quality": QualityResource(),
+        "virtual_web": VirtualWebResource(),
     },
 )
 

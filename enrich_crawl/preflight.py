@@ -87,7 +87,7 @@ def check_spec(spec_path: Path):
 
 def check_source(spec) -> list[str]:
     """The table exists, can be read, and has the spec's id/url columns; returns its columns."""
-    from enrich_crawl.dataset.load import DatasetError, check_columns
+    from enrich_crawl.dataset.columns import DatasetError, check_columns
     from enrich_crawl.dataset.read import ReadError, open_reader
 
     source = Path(spec.source)
@@ -186,7 +186,7 @@ def check_mongo(database: str) -> str:
     from enrich_crawl.store.embedded import EmbeddedMongoError
     from enrich_crawl.store.mongo import connect, redact_uri, resolve_uri, scrub
 
-    given = os.environ.get("MONGODB_URI") or None
+    given = config.mongodb_uri()
     try:
         uri = resolve_uri(given, config.work_dir() / "mongo")
     except EmbeddedMongoError as exc:
@@ -235,7 +235,7 @@ def preflight(spec_path: Path, mappings_dir: Path | None = None) -> Preflight:
     checks = ["spec", "source", "mappings"]
     if check_postgres():
         checks.append("postgres")
-    database = os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+    database = config.mongodb_db()
     uri = check_mongo(database)
     checks.append("mongodb")
     if check_chromium(mappings):

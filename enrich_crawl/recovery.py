@@ -43,11 +43,10 @@ POOL = "crawl"
 
 def dead_after_seconds() -> float:
     """ENRICH_RUN_DEAD_AFTER: seconds without a heartbeat after which a run counts as dead."""
-    raw = os.environ.get("ENRICH_RUN_DEAD_AFTER", "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_DEAD_AFTER
-    except ValueError:
-        raise ValueError(f"ENRICH_RUN_DEAD_AFTER={raw!r}: expected a number of seconds") from None
+    from enrich_crawl import config
+
+    given = config.run_dead_after()
+    value = DEFAULT_DEAD_AFTER if given is None else given
     # a heartbeat is written every HEARTBEAT_SECONDS: never judge a run on less than three
     return max(value, 3 * HEARTBEAT_SECONDS)
 
@@ -275,13 +274,10 @@ class Heartbeat:
                 self.instance.add_run_tags(self.run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
 
 
-def report_dead_runs(stream: Any) -> list[ClosedRun]:
-    """close_dead_runs on the current instance, each closed run told on `stream` (used before
+def report_dead_runs(instance: Any, stream: Any) -> list[ClosedRun]:
+    """close_dead_runs on `instance`, each closed run told on `stream` (used before
     `enrich-crawl run` launches)."""
-    import dagster as dg
-
-    with dg.DagsterInstance.get() as instance:
-        closed = close_dead_runs(instance)
+    closed = close_dead_runs(instance)
     for run in closed:
         stream.write(
             f"closed run {run.run_id}: {run.reason} (marked failed; {run.slots_freed} crawl pool "

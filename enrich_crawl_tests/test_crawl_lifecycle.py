@@ -185,7 +185,7 @@ def test_the_crawls_warnings_and_errors_reach_the_dagster_run_log_bounded(tmp_pa
 # -- the Dagster instance ----------------------------------------------------------------------
 
 FIRST_USE = """
-from enrich_crawl.runner import ensure_dagster_home, initialise_instance
+from enrich_crawl.home import ensure_dagster_home, initialise_instance
 home = ensure_dagster_home(initialise=False)
 did = initialise_instance(home)
 import dagster as dg

@@ -7,7 +7,7 @@ import dagster as dg
 from enrich_crawl.dataset import synth
 from enrich_crawl.dataset.profile import profile_checks
 from enrich_crawl.defs.assets import seed_dataset
-from enrich_crawl.defs.resources import DatasetResource, StagingResource
+from enrich_crawl.defs.resources import DatasetResource, QualityResource, StagingResource
 from enrich_crawl.staging import read_json
 
 
@@ -20,9 +20,13 @@ def test_seed_dataset_materialises_with_profile_metadata(tmp_path):
         resources={
             "dataset": DatasetResource(spec=str(spec)),
             "staging": StagingResource(root=str(tmp_path / "work")),
+            "quality": QualityResource(),
         },
     )
     assert result.success
+    # the seed's checks are evaluated in its own step, after it
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(checks) == {"seed_profile", "seed_data_quality"}
     [event] = result.get_asset_materialization_events()
     metadata = event.materialization.metadata
     assert metadata["rows"].value == truth.rows

@@ -88,7 +88,7 @@ def test_dagster_pg_partly_set_is_an_error_naming_what_is_missing(tmp_path):
 
 def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_path):
     from enrich_crawl.dataset.load import DatasetError
-    from enrich_crawl.runner import _failure_reason
+    from enrich_crawl.summary import failure_reason
 
     @dg.asset
     def table_asset():
@@ -109,7 +109,7 @@ def test_the_reason_of_a_failed_step_is_its_own_error_not_dagsters_wrapper(tmp_p
             (plain_asset, "KeyError: 'city'"),
         ):
             result = dg.materialize([asset], instance=instance, raise_on_error=False)
-            reason = _failure_reason(result)
+            reason = failure_reason(result)
             first = reason.splitlines()[0]
             assert first == f"step {asset.key.to_user_string()} failed: {expected}", reason
             assert "Error occurred while executing" not in reason
@@ -132,3 +132,65 @@ def test_the_folder_dagster_dev_leaves_in_the_root_is_ignored_by_git():
             [git, "-C", str(REPO), "check-ignore", "-q", str(Path(left) / "dagster.yaml")]
         )
     assert ignored.returncode == 0, f"{TMP_DAGSTER_HOME_PREFIX}* is not in .gitignore"
+
+
+def test_a_home_set_up_once_is_opened_without_schema_checks_and_keeps_its_runs(tmp_path):
+    """After `initialise_instance` the SQLite databases at the recorded schema head are opened
+    directly (no per-database migration check), and a new run's database is still created."""
+    from enrich_crawl.defs.instance import SCHEMA_MARK, schema_head
+    from enrich_crawl.home import ensure_dagster_home
+
+    home = tmp_path / "home"
+    with _environ(DAGSTER_HOME=str(home), **{name: None for name in config.POSTGRES_VARIABLES}):
+        ensure_dagster_home()
+        assert (home / SCHEMA_MARK).exists() and schema_head() in (home / SCHEMA_MARK).read_text()
+
+        @dg.asset
+        def tiny() -> int:
+            return 1
+
+        for _ in range(2):  # the second opening takes the recorded-head path
+            with dg.DagsterInstance.get() as instance:
+                assert type(instance.run_storage).__name__ == "_HeadRunStorage"
+                result = dg.materialize([tiny], instance=instance)
+                assert result.success
+        with dg.DagsterInstance.get() as instance:
+            assert len(instance.get_runs()) == 2
+            assert instance.get_latest_materialization_event(dg.AssetKey("tiny")) is not None
+
+
+CAPTURE = """
+import subprocess, sys
+import psutil
+from enrich_crawl.defs.instance import HomeComputeLogManager
+
+manager = HomeComputeLogManager(sys.argv[1])
+with manager.capture_logs(["run", "compute_logs", "step"]):
+    print("out of the step", flush=True)
+    print("err of the step", file=sys.stderr, flush=True)
+    subprocess.run([sys.executable, "-c", "import sys; print('child'); sys.stderr.write('e')"])
+    assert not psutil.Process().children()  # no tail process beside the step
+print("after the step", flush=True)
+"""
+
+
+def test_step_output_is_captured_to_the_compute_log_by_a_thread_with_its_children(tmp_path):
+    """A step's stdout/stderr and its child processes' reach the compute-log files and still the
+    step's own streams, without the `tail` processes Dagster starts per stream."""
+    import subprocess
+    import sys
+
+    from enrich_crawl.defs.instance import HomeComputeLogManager
+
+    shown = subprocess.run(
+        [sys.executable, "-c", CAPTURE, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout == "out of the step\nchild\nafter the step\n"
+    assert shown.stderr == "err of the step\ne"
+    manager = HomeComputeLogManager(str(tmp_path))
+    key = ["run", "compute_logs", "step"]
+    assert (
+        Path(manager.get_captured_local_path(key, "out")).read_text() == "out of the step\nchild\n"
+    )
+    assert Path(manager.get_captured_local_path(key, "err")).read_text() == "err of the step\ne"
+    assert Path(manager.complete_artifact_path(key)).exists()

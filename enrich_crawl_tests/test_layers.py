@@ -35,3 +35,48 @@ def test_production_code_does_not_import_the_testing_package():
         for path in production
     }
     assert {name: mods for name, mods in arrows.items() if mods} == {}
+
+
+def _environment_reads(path: Path) -> list[int]:
+    """Lines that read a variable of the environment: os.environ.get(...), os.getenv(...),
+    os.environ[...] not assigned to (passing the whole environment on, dict(os.environ), is no
+    read of a variable)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    stores = {
+        id(target)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete))
+        for target in (
+            node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        )
+    }
+
+    def is_environ(node: ast.AST) -> bool:
+        return ast.unparse(node) == "os.environ"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in ("os.environ.get", "os.getenv"):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and is_environ(node.value) and id(node) not in stores:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_environment_is_read_only_in_config():
+    """Settings have one home (enrich_crawl/config.py: each variable, its parsing and default);
+    Dagster resources read theirs through config or EnvVar."""
+    production = [
+        path
+        for path in PACKAGE.rglob("*.py")
+        if (PACKAGE / "testing") not in path.parents and path != PACKAGE / "config.py"
+    ]
+    reads = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in production
+        if (lines := _environment_reads(path))
+    }
+    assert reads == {}
+    assert _environment_reads(PACKAGE / "config.py")  # the scan does see reads

@@ -13,7 +13,7 @@ import dagster as dg
 import pymongo
 import pytest
 
-from enrich_crawl.defs.assets import enriched_records
+from enrich_crawl.defs.assets import merge_records
 from enrich_crawl.defs.partitions import shards
 from enrich_crawl.defs.resources import DatasetResource, MongoResource, StagingResource
 from enrich_crawl.staging import DatasetStage, read_jsonl, write_jsonl
@@ -134,12 +134,19 @@ fields:
 SECRET = "S3cretPw-never-shown"
 
 
-# the same body, without the asset's RetryPolicy (15 s waits) so the failure shows at once
-enriched_records_once = dg.asset(
+# the merge's own body, without its op's RetryPolicy (15 s waits) so the failure shows at once
+@dg.asset(
     name="enriched_records",
     partitions_def=shards,
     backfill_policy=dg.BackfillPolicy.single_run(),
-)(enriched_records.op.compute_fn.decorated_fn)
+)
+def enriched_records_once(
+    context,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    mongo: MongoResource,
+) -> dg.MaterializeResult:
+    return merge_records(context, dataset, staging, mongo)
 
 
 def test_merge_step_fails_clearly_and_the_printed_rerun_command_completes_it(

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 
-from enrich_crawl.defs.pipes import POLL_MAX, _PatientFileMessageReader
+from enrich_crawl.defs.pipes import POLL_MAX, PatientFileMessageReader
 
 
 class CountingEvent(threading.Event):
@@ -21,11 +21,10 @@ class CountingEvent(threading.Event):
 
 
 def _read_all(path, closed) -> tuple[list[dict], threading.Thread]:
-    reader = _PatientFileMessageReader(str(path))
     got: list[dict] = []
 
     def run() -> None:
-        got.extend(json.loads(line) for line in reader._lines(closed))
+        got.extend(json.loads(line) for line in PatientFileMessageReader.lines(str(path), closed))
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from enrich_crawl.runner import instance_yaml
+from enrich_crawl.home import instance_yaml
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import alive, crawl_workers
 from enrich_crawl.testing.services import free_port

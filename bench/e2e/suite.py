@@ -48,7 +48,7 @@ from enrich_crawl.config import DEFAULT_USER_AGENT
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_UA_PREFIX = DEFAULT_USER_AGENT.split(" ")[0]  # "enrich_crawl/0.1"
 _INIT_INSTANCE = (
-    "from enrich_crawl.runner import ensure_dagster_home; ensure_dagster_home(); "
+    "from enrich_crawl.home import ensure_dagster_home; ensure_dagster_home(); "
     "import dagster; instance = dagster.DagsterInstance.get(); instance.get_runs(limit=1); "
     "instance.get_backfills()"
 )

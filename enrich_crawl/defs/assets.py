@@ -2,7 +2,10 @@
 -> enriched_records.
 
 Wiring only: the work is done by enrich_crawl.dataset, .crawl (in a subprocess per shard, through
-Dagster Pipes), .resolve and .store.
+Dagster Pipes), .resolve and .store. resolved_fields and enriched_records are materialised by one
+op (`resolve_and_merge`), and the seed's and the merge's checks are evaluated in their asset's op:
+each step is a process, which costs more than these steps' own work; each asset and check can
+still be materialised or run alone (the ops can be subset).
 """
 
 import json
@@ -12,12 +15,15 @@ from typing import Any
 import dagster as dg
 
 from enrich_crawl import config
+from enrich_crawl.defs.check_groups import evaluate_checks, resource_keys, specs
+from enrich_crawl.defs.checks import MERGE_CHECKS, SEED_CHECKS
 from enrich_crawl.defs.crawl_ops import crawl_shard, plan_crawl_shards, summarize_crawl
 from enrich_crawl.defs.partitions import SHARD_KEYS, shards
 from enrich_crawl.defs.resources import (
     CrawlerResource,
     DatasetResource,
     MongoResource,
+    QualityResource,
     StagingResource,
 )
 
@@ -31,15 +37,42 @@ def _markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"pandas", "parquet"},
-    description="The dirty table loaded, cleaned, profiled and sharded for the crawl.",
+SEED = dg.AssetKey("seed_dataset")
+RESOLVED = dg.AssetKey("resolved_fields")
+ENRICHED = dg.AssetKey("enriched_records")
+
+
+@dg.multi_asset(
+    name="seed_dataset",
+    specs=[
+        dg.AssetSpec(
+            SEED,
+            group_name=GROUP,
+            kinds={"pandas", "parquet"},
+            description="The dirty table loaded, cleaned, profiled and sharded for the crawl.",
+        )
+    ],
+    # evaluated here, after the seed: a step of their own would cost more than they do
+    check_specs=specs(SEED_CHECKS),
+    can_subset=True,
 )
 def seed_dataset(
+    context: dg.AssetExecutionContext,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    quality: QualityResource,
+):
+    """The dirty table loaded, cleaned, profiled and sharded for the crawl; then its checks."""
+    if SEED in context.selected_asset_keys:
+        yield seed_table(context, dataset, staging)
+    resources = {"dataset": dataset, "staging": staging, "quality": quality}
+    yield from evaluate_checks(context, SEED_CHECKS, resources, raise_errors=False)
+
+
+def seed_table(
     context: dg.AssetExecutionContext, dataset: DatasetResource, staging: StagingResource
 ) -> dg.MaterializeResult:
-    """The dirty table loaded, cleaned, profiled and sharded for the crawl."""
+    """seed_dataset's materialisation."""
     from enrich_crawl.dataset.load import prepare_dataset
     from enrich_crawl.dataset.profile import markdown_table, profile_checks, ui_metadata
 
@@ -71,7 +104,7 @@ def seed_dataset(
             )
         ),
     }
-    return dg.MaterializeResult(metadata=metadata)
+    return dg.MaterializeResult(asset_key=SEED, metadata=metadata)
 
 
 @dg.asset(
@@ -191,15 +224,49 @@ def crawl_results(seed_dataset, learned_mappings):
     return summarize_crawl(shards.map(crawl_shard).collect())
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"python"},
+@dg.multi_asset(
+    name="resolve_and_merge",
+    specs=[
+        dg.AssetSpec(
+            RESOLVED,
+            group_name=GROUP,
+            kinds={"python"},
+            deps=[crawl_results],
+            partitions_def=shards,
+            description="The mapping-resolved value of every record's missing fields, with "
+            "lineage.",
+        ),
+        dg.AssetSpec(
+            ENRICHED,
+            group_name=GROUP,
+            kinds={"mongodb"},
+            deps=[RESOLVED],
+            partitions_def=shards,
+            description="The records merged into MongoDB with per-field lineage.",
+        ),
+    ],
+    # evaluated here, after the merge; every_shard_crawled is blocking: its failure fails the run
+    check_specs=specs(MERGE_CHECKS),
+    can_subset=True,
     partitions_def=shards,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[crawl_results],
-    description="The mapping-resolved value of every record's missing fields, with lineage.",
+    # a merge interrupted by a passing outage is retried (the resolving again: it is idempotent)
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=15),
+    required_resource_keys={"dataset", "staging", "mongo", *resource_keys(MERGE_CHECKS)},
 )
-def resolved_fields(
+def resolve_and_merge(context: dg.AssetExecutionContext):
+    """resolved_fields then enriched_records (one step: each can be materialised alone), then
+    their checks. The merge reads only the staged resolved files, so it can be re-run alone."""
+    r = context.resources
+    if RESOLVED in context.selected_asset_keys:
+        yield resolve_fields(context, r.dataset, r.staging)
+    if ENRICHED in context.selected_asset_keys:
+        yield merge_records(context, r.dataset, r.staging, r.mongo)
+    resources = {key: getattr(r, key) for key in resource_keys(MERGE_CHECKS)}
+    yield from evaluate_checks(context, MERGE_CHECKS, resources, raise_errors=False)
+
+
+def resolve_fields(
     context: dg.AssetExecutionContext, dataset: DatasetResource, staging: StagingResource
 ) -> dg.MaterializeResult:
     """The mapping-resolved value of every record's missing fields, with lineage."""
@@ -226,6 +293,7 @@ def resolved_fields(
             totals[name] += summary[name]
     rows = [[name, per_field.get(name, 0), conflicts.get(name, 0)] for name in spec.fields]
     return dg.MaterializeResult(
+        asset_key=RESOLVED,
         metadata={
             # winners found by this crawl, before the merge: the run's counts (fields resolved,
             # pages per resolved record, errors by kind) are enriched_records' (enrich_crawl.counts)
@@ -238,20 +306,11 @@ def resolved_fields(
                 _markdown_table(["field", "resolved", "losing candidates"], rows)
             ),
             **{f"found/{name}": per_field.get(name, 0) for name in spec.fields},
-        }
+        },
     )
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"mongodb"},
-    partitions_def=shards,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[resolved_fields],
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=15),
-    description="The records merged into MongoDB with per-field lineage.",
-)
-def enriched_records(
+def merge_records(
     context: dg.AssetExecutionContext,
     dataset: DatasetResource,
     staging: StagingResource,
@@ -361,6 +420,7 @@ def enriched_records(
     seconds = time.perf_counter() - started
     preview_rows = [[d["_id"], d.get("status"), ", ".join(d.get("missing") or [])] for d in preview]
     return dg.MaterializeResult(
+        asset_key=ENRICHED,
         metadata={
             "mongodb": mongo.display_uri(),
             "database": mongo.database_name(),
@@ -399,8 +459,8 @@ def enriched_records(
             "preview": dg.MetadataValue.md(
                 _markdown_table(["id", "status", "missing"], preview_rows)
             ),
-        }
+        },
     )
 
 
-ASSETS = [seed_dataset, learned_mappings, crawl_results, resolved_fields, enriched_records]
+ASSETS = [seed_dataset, learned_mappings, crawl_results, resolve_and_merge]

@@ -26,7 +26,6 @@ attempt never touches the files of a newer attempt or another run (staging.claim
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -38,6 +37,8 @@ from dagster._core.execution.plan.instance_concurrency_context import InstanceCo
 from dagster._core.execution.plan.objects import StepFailureData, StepRetryData
 from dagster._utils.error import SerializableErrorInfo, serializable_error_info_from_exc_info
 from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
+
+from enrich_crawl import config
 
 # Celery settings every worker and the run's app use (a user's config_source overrides them)
 WORKER_SETTINGS: dict[str, Any] = {
@@ -61,24 +62,16 @@ DELEGATE_MARKER = "celery_queue_wait"
 TICK_SECONDS = 1.0
 
 
-def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
-
-
 def lost_after_seconds() -> float:
-    return _env_seconds("ENRICH_WORKER_LOST_SECONDS", 60.0)
+    return config.worker_lost_seconds()
 
 
 def ping_every_seconds() -> float:
-    return _env_seconds("ENRICH_WORKER_PING_SECONDS", 10.0)
+    return config.worker_ping_seconds()
 
 
 def lost_step_retries() -> int:
-    return int(_env_seconds("ENRICH_LOST_STEP_RETRIES", 1))
+    return config.lost_step_retries()
 
 
 def with_worker_settings(config_source: dict | None) -> dict:

@@ -3,17 +3,22 @@
 seed_dataset      seed_profile                 usable records exist; rejected rows within bound
 seed_dataset      seed_data_quality            invalid URL rate (ERROR above half), usable
                                                records, decoding (the seed's profile)
-crawl_results     every_shard_crawled          each shard of the run crawled (else the run fails,
-                                               after the other shards were resolved and merged)
+learned_mappings  learned_precision            learn_checks.py
 crawl_results     no_robots_violations         zero requests against robots.txt (enrich_crawl.quality)
+crawl_results     mapping_agreement            learn_checks.py
+enriched_records  every_shard_crawled          each shard of the run crawled; BLOCKING: a failure
+                                               fails the run, once the other shards' records
+                                               were resolved and merged
 enriched_records  resolution_rate              share of missing values found, per field, at least
                                                the threshold (QualityResource)
 enriched_records  documents_match_records      one MongoDB document per usable record, no others
 enriched_records  values_have_lineage          no value filled without lineage that explains it
 
-None is blocking: a failed check never throws away other shards' results; `enrich-crawl run`
-lists the failed ones in its summary and exits non-zero when one of severity ERROR failed. The measures are plain
-functions of enrich_crawl.quality; here they are fed from the staging area and MongoDB.
+Only every_shard_crawled is blocking (it is on the last asset: it blocks nothing of the run, its
+failure is the run's); a failed check never throws away other shards' results; `enrich-crawl run`
+lists the failed ones in its summary and exits non-zero when one of severity ERROR failed. The
+measures are plain functions of enrich_crawl.quality; here they are fed from the staging area and
+MongoDB.
 """
 
 from collections.abc import Iterable, Iterator
@@ -23,7 +28,8 @@ import dagster as dg
 
 from enrich_crawl import config
 from enrich_crawl.contracts import CRAWL_FAILURE_FILE, WEB_REQUESTS_FILE
-from enrich_crawl.defs.assets import crawl_results, enriched_records, seed_dataset
+from enrich_crawl.defs.check_groups import check_group, check_spec, specs
+from enrich_crawl.defs.learn_checks import learned_precision, mapping_agreement
 from enrich_crawl.defs.partitions import shards_of_run
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -71,9 +77,8 @@ def _seed_ids(stage, keys: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield record["_id"], record["_data"]
 
 
-@dg.asset_check(
-    asset=seed_dataset,
-    name="seed_profile",
+@check_spec(
+    "seed_dataset",
     description="The seed has usable records, and rejects at most max_rejected_rate of the rows.",
 )
 def seed_profile(
@@ -115,9 +120,8 @@ def seed_profile(
 MAX_INVALID_URL_RATE_ERROR = 0.5
 
 
-@dg.asset_check(
-    asset=seed_dataset,
-    name="seed_data_quality",
+@check_spec(
+    "seed_dataset",
     description="The table is fit to enrich: usable records exist; few URL cells are invalid "
     f"(more than 20% warns, more than {MAX_INVALID_URL_RATE_ERROR:.0%} is an ERROR: the URL "
     "column is probably not one); few rows rejected; every line decodes.",
@@ -170,16 +174,21 @@ def seed_data_quality(
     )
 
 
-@dg.asset_check(
-    asset=crawl_results,
-    name="every_shard_crawled",
-    description="Every shard of the run was crawled; a shard whose crawl failed after its retries "
-    "fails the run (the other shards' results are resolved and merged all the same).",
+@check_spec(
+    "enriched_records",
+    description="Every shard of the run was crawled. Blocking: a shard whose crawl failed after "
+    "its retries fails the run, once the other shards' results were resolved and merged.",
+    blocking=True,
 )
 def every_shard_crawled(
     context: dg.AssetCheckExecutionContext, dataset: DatasetResource, staging: StagingResource
-):
+) -> dg.AssetCheckResult:
     """Every shard of the run was crawled."""
+    selection = context.run.asset_selection
+    if selection and dg.AssetKey("crawl_results") not in selection:
+        # a run of the merge alone (the command a failed merge prints): nothing was crawled in it
+        # (a run of the checks alone, no asset selected, does judge the staged crawl)
+        return dg.AssetCheckResult(passed=True, description="the crawl is not part of this run")
     spec = dataset.load()
     stage = staging.stage(spec.name)
     keys = _run_shards(context)
@@ -190,33 +199,27 @@ def every_shard_crawled(
             failed[key] = str(failure.get("error", "failed"))
         elif not stage.crawl_stats(key).exists():
             failed[key] = "no crawl statistics (crawl did not finish)"
-    yield dg.AssetCheckResult(
-        passed=not failed,
-        metadata={
-            "shards": len(keys),
-            "shards_failed": len(failed),
-            "failed": dg.MetadataValue.json(failed),
-        },
-        description="all shards crawled"
-        if not failed
-        else f"crawl failed for {', '.join(sorted(failed))}",
+    metadata = {
+        "shards": len(keys),
+        "shards_failed": len(failed),
+        "failed": dg.MetadataValue.json(failed),
+    }
+    if not failed:
+        return dg.AssetCheckResult(passed=True, metadata=metadata, description="all shards crawled")
+    # severity ERROR on a blocking check: the run fails (the other shards are merged already)
+    return dg.AssetCheckResult(
+        passed=False,
+        metadata=metadata,
+        description=f"crawl failed for {', '.join(sorted(failed))} after retries: "
+        f"{'; '.join(f'{k}: {v}' for k, v in sorted(failed.items()))}. The other shards were "
+        "resolved and merged. Re-run the failed shard(s) with: "
+        f"{config.dagster_env_prefix()}dagster asset materialize -m enrich_crawl.definitions "
+        f"--select 'crawl_results*' --partition {sorted(failed)[0]}",
     )
-    if failed:
-        # the run must say it failed; the other shards were resolved and merged meanwhile
-        raise dg.Failure(
-            description=f"{spec.name}: the crawl of shard(s) {', '.join(sorted(failed))} failed "
-            f"after retries: {'; '.join(f'{k}: {v}' for k, v in sorted(failed.items()))}. The "
-            "other shards were resolved and merged. Re-run the failed shard(s) with: "
-            f"{config.dagster_env_prefix()}dagster "
-            "asset materialize -m enrich_crawl.definitions --select 'crawl_results*' "
-            f"--partition {sorted(failed)[0]}",
-            allow_retries=False,
-        )
 
 
-@dg.asset_check(
-    asset=crawl_results,
-    name="no_robots_violations",
+@check_spec(
+    "crawl_results",
     description="No request of the crawl went against robots.txt (server request log of a "
     "virtual web, and the crawler's record of fetched pages; see enrich_crawl.quality).",
 )
@@ -297,9 +300,8 @@ def _documents(mongo: MongoResource, collection: str, projection: dict[str, int]
         client.close()
 
 
-@dg.asset_check(
-    asset=enriched_records,
-    name="resolution_rate",
+@check_spec(
+    "enriched_records",
     description="Per field, the share of records that needed a value and got one is at least the "
     "threshold (QualityResource: min_resolution_rate, field_min_resolution_rate).",
 )
@@ -338,9 +340,8 @@ def resolution_rate(
     )
 
 
-@dg.asset_check(
-    asset=enriched_records,
-    name="documents_match_records",
+@check_spec(
+    "enriched_records",
     description="MongoDB holds one document per usable record of the dataset (for the shards of "
     "the run), and no document that is not a usable record.",
 )
@@ -383,9 +384,8 @@ def documents_match_records(
     )
 
 
-@dg.asset_check(
-    asset=enriched_records,
-    name="values_have_lineage",
+@check_spec(
+    "enriched_records",
     description="No record holds a value that enrichment gave it without lineage explaining it "
     "(same value, source URL, mapping, run, partition).",
 )
@@ -420,12 +420,17 @@ def values_have_lineage(
     )
 
 
-CHECKS = [
-    seed_profile,
-    seed_data_quality,
-    every_shard_crawled,
-    no_robots_violations,
-    resolution_rate,
-    documents_match_records,
-    values_have_lineage,
-]
+# evaluated in their asset's op (assets.py), after the asset
+SEED_CHECKS = [seed_profile, seed_data_quality]
+MERGE_CHECKS = [resolution_rate, documents_match_records, values_have_lineage, every_shard_crawled]
+
+crawl_checks = check_group(
+    "crawl_checks",
+    [learned_precision, no_robots_violations, mapping_agreement],
+    "The crawl's checks: learned rules' precision, robots.txt obeyed, mappings agree with the "
+    "known values.",
+)
+
+CHECKS = [crawl_checks]
+# every check of the definitions, wherever it is evaluated
+ALL_CHECK_SPECS = [*specs(SEED_CHECKS), *crawl_checks.check_specs, *specs(MERGE_CHECKS)]

@@ -34,17 +34,16 @@ from enrich_crawl.defs.resources import (
     DatasetResource,
     MongoResource,
     StagingResource,
+    VirtualWebResource,
 )
 
 
 def _retry_policy() -> dg.RetryPolicy:
     """Retries of a crawl step (ENRICH_CRAWL_RETRIES, default 2; first delay
     ENRICH_CRAWL_RETRY_DELAY seconds, default 10, then doubled), read when the definitions load."""
-    retries = os.environ.get("ENRICH_CRAWL_RETRIES", "").strip()
-    delay = os.environ.get("ENRICH_CRAWL_RETRY_DELAY", "").strip()
     return dg.RetryPolicy(
-        max_retries=int(retries) if retries else 2,
-        delay=float(delay) if delay else 10.0,
+        max_retries=config.crawl_retries(),
+        delay=config.crawl_retry_delay(),
         backoff=dg.Backoff.EXPONENTIAL,
     )
 
@@ -140,6 +139,7 @@ def crawl_shard(
     crawler: CrawlerResource,
     mongo: MongoResource,
     crawl_process: CrawlProcessClient,
+    virtual_web: VirtualWebResource,
 ):
     """Crawl one shard in its own process (Scrapy through Dagster Pipes)."""
     from enrich_crawl.crawl.params import WorkerParams
@@ -201,12 +201,9 @@ def crawl_shard(
     try:
         with contextlib.ExitStack() as stack:
             if spec.virtual_web is not None:
-                # the dataset brings its own web (demo, offline tests): serve it for this crawl;
-                # its request log is the server-side evidence the robots check audits
-                from enrich_crawl.virtualweb import running_web
-
+                # the dataset brings its own web (demo, offline tests): served for this crawl
                 web = stack.enter_context(
-                    running_web(spec.virtual_web, log_path=out_dir / WEB_REQUESTS_FILE)
+                    virtual_web.serve(spec.virtual_web, out_dir / WEB_REQUESTS_FILE)
                 )
                 params.proxy = web.proxy_url
                 context.log.info(

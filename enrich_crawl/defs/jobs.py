@@ -8,10 +8,9 @@ on any number of machines. The `crawl` concurrency pool (dagster.yaml) bounds cr
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.assets import ASSETS
 from enrich_crawl.defs.datasets import dataset_spec
 from enrich_crawl.defs.partitions import ALL_SHARDS_TAGS
@@ -27,6 +26,7 @@ FORKSERVER = {
             "pandas",
             "pyarrow.parquet",
             "pymongo",
+            "enrich_crawl.defs.instance",  # the storage each step's instance opens
             "dagster._core.storage.sqlite_storage",
             "dagster._core.storage.local_compute_log_manager",
             "dagster_postgres",
@@ -37,6 +37,8 @@ FORKSERVER = {
             "enrich_crawl.resolve",
             "enrich_crawl.store.merge",
             "enrich_crawl.quality",
+            # last: what is loaded by now is frozen (the steps do not traverse and copy it)
+            "enrich_crawl.defs.forkserver",
         ]
     }
 }
@@ -47,12 +49,10 @@ FORKSERVER = {
 # wake the run's process ~50 times a second for the whole crawl, a few percent of a core. A step's
 # events (its log lines, its materialisation) can wait a little longer: nothing is lost (the queue
 # keeps them), and a round over eight idle steps takes at most 8 x STEP_EVENT_POLL.
+# Private: TICK is a module constant of dagster._core.executor.child_process_executor; neither
+# the executor's config nor any public API sets it (Dagster 1.13), and the alternative, an
+# executor of our own, would reimplement the multiprocess executor on more private machinery.
 STEP_EVENT_POLL = 0.25
-
-
-def _max_parallel() -> int:
-    raw = os.environ.get("ENRICH_MAX_PARALLEL", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 8
 
 
 @dg.configured(
@@ -60,7 +60,7 @@ def _max_parallel() -> int:
     config_schema={
         "max_concurrent": dg.Field(
             int,
-            default_value=_max_parallel(),
+            default_value=config.max_parallel(),
             is_required=False,
             description="Steps (crawl processes) at once.",
         ),
@@ -96,15 +96,13 @@ def _executor():
 
 
 def _base_executor():
-    kind = os.environ.get("ENRICH_EXECUTOR", "multiprocess").strip().lower()
+    kind = config.executor_kind()
     if kind == "celery":
         from enrich_crawl.defs.celery_recovery import recovering_celery_executor
 
         return recovering_celery_executor
     if kind == "in_process":
         return dg.in_process_executor
-    if kind != "multiprocess":
-        raise ValueError(f"ENRICH_EXECUTOR={kind!r}: use multiprocess, celery or in_process")
     return enrich_multiprocess_executor
 
 

@@ -1,4 +1,5 @@
-"""Asset checks of learning (SPEC 3b); plain code in enrich_crawl.learning does the work.
+"""Asset checks of learning; plain code in enrich_crawl.learning does the work. They are evaluated
+with the crawl's checks (checks.py: `crawl_checks`).
 
 learned_mappings  learned_precision   every learned rule kept its held-out precision at or above
                                       QualityResource.min_learned_precision
@@ -11,7 +12,7 @@ crawl_results     mapping_agreement   the mappings the crawl used (hand-written 
 
 import dagster as dg
 
-from enrich_crawl.defs.assets import crawl_results, learned_mappings
+from enrich_crawl.defs.check_groups import check_spec
 from enrich_crawl.defs.crawl_ops import learned_dir_of
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -24,9 +25,8 @@ from enrich_crawl.defs.resources import (
 SAMPLE = 20
 
 
-@dg.asset_check(
-    asset=learned_mappings,
-    name="learned_precision",
+@check_spec(
+    "learned_mappings",
     description="Every learned rule's held-out precision is at least min_learned_precision.",
 )
 def learned_precision(
@@ -57,9 +57,8 @@ def learned_precision(
     )
 
 
-@dg.asset_check(
-    asset=crawl_results,
-    name="mapping_agreement",
+@check_spec(
+    "crawl_results",
     description="The mappings (hand-written and learned) agree with the known values of a small "
     "sample of records; fails naming the mapping and field that disagree (e.g. a site changed "
     "its layout).",
@@ -175,6 +174,3 @@ def _first_url(row: dict) -> str:
         if isinstance(item, dict) and item.get("url"):
             return str(item["url"])
     return ""
-
-
-LEARN_CHECKS = [learned_precision, mapping_agreement]

@@ -23,12 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
-from dagster._core.pipes.utils import (
-    PipesFileMessageReader,
-    PipesTempFileContextInjector,
-    PipesTempFileMessageReader,
-    open_pipes_session,
-)
+from dagster_pipes import PipesDefaultMessageWriter
 from pydantic import Field
 
 from enrich_crawl.crawl.params import WorkerParams
@@ -78,16 +73,45 @@ POLL_MIN = 0.01
 POLL_MAX = 0.5
 
 
-class _PatientFileMessageReader(PipesFileMessageReader):
-    """Dagster's file message reader, without its busy wait: `tail_file` looks at the file every
-    10 ms for as long as the crawl runs (100 wake-ups a second per crawl step, about 1 % of a core
-    each: the largest CPU cost of the orchestration in the end-to-end benchmark). This reader
-    backs off to POLL_MAX while the file stays quiet, wakes at once when the session closes (then
-    reads what is left), and keeps a line the worker has not finished writing for the next read."""
+class PatientFileMessageReader(dg.PipesMessageReader):
+    """Reads the worker's Pipes messages from a temporary file, like Dagster's
+    PipesTempFileMessageReader, without its busy wait: Dagster's tails the file every 10 ms for as
+    long as the crawl runs (100 wake-ups a second per crawl step, about 1 % of a core each). This
+    reader backs off to POLL_MAX while the file stays quiet, wakes at once when the session closes
+    (then reads what is left), and keeps a line the worker has not finished writing for the next
+    read. Built on the public reader interface only (read_messages, no_messages_debug_text)."""
 
-    def _reader_thread(self, handler: Any, is_resource_complete: threading.Event) -> None:
+    def __init__(self, path: str | None = None) -> None:
+        self._path = path  # None: a temporary file per session
+
+    @contextlib.contextmanager
+    def read_messages(self, handler: dg.PipesMessageHandler) -> Iterator[dict[str, Any]]:
+        with contextlib.ExitStack() as stack:
+            path = self._path or os.path.join(
+                stack.enter_context(tempfile.TemporaryDirectory()), "messages"
+            )
+            open(path, "w", encoding="utf-8").close()
+            closed = threading.Event()
+            thread = threading.Thread(
+                target=self._read, args=(path, handler, closed), name="pipes-reader", daemon=True
+            )
+            thread.start()
+            try:
+                # what the worker's default message writer (dagster_pipes) reads: append to a file
+                yield {
+                    PipesDefaultMessageWriter.FILE_PATH_KEY: path,
+                    PipesDefaultMessageWriter.INCLUDE_STDIO_IN_MESSAGES_KEY: False,
+                }
+            finally:
+                closed.set()
+                thread.join()
+
+    def no_messages_debug_text(self) -> str:
+        return "Attempted to read messages from a temporary file written by the crawl worker."
+
+    def _read(self, path: str, handler: dg.PipesMessageHandler, closed: threading.Event) -> None:
         try:
-            for line in self._lines(is_resource_complete):
+            for line in self.lines(path, closed):
                 handler.handle_message(json.loads(line))
         except BaseException:
             handler.report_pipes_framework_exception(
@@ -95,10 +119,13 @@ class _PatientFileMessageReader(PipesFileMessageReader):
             )
             raise
 
-    def _lines(self, closed: threading.Event) -> Iterator[str]:
+    @staticmethod
+    def lines(path: str, closed: threading.Event) -> Iterator[str]:
+        """The file's complete lines as they are written, until `closed` is set and every line
+        written by then was read."""
         pause = POLL_MIN
         partial = ""
-        with open(self._path, encoding="utf-8") as stream:
+        with open(path, encoding="utf-8") as stream:
             while True:
                 line = stream.readline()
                 if line:
@@ -114,21 +141,6 @@ class _PatientFileMessageReader(PipesFileMessageReader):
                     return
                 closed.wait(pause)
                 pause = min(pause * 2, POLL_MAX)
-
-
-class PatientTempFileMessageReader(PipesTempFileMessageReader):
-    """PipesTempFileMessageReader reading through `_PatientFileMessageReader`."""
-
-    @contextlib.contextmanager
-    def read_messages(self, handler: Any) -> Iterator[Any]:
-        with (
-            tempfile.TemporaryDirectory() as tempdir,
-            _PatientFileMessageReader(
-                os.path.join(tempdir, "messages"),
-                include_stdio_in_messages=self._include_stdio_in_messages,
-            ).read_messages(handler) as params,
-        ):
-            yield params
 
 
 class CrawlTerminated(BaseException):
@@ -242,10 +254,10 @@ class CrawlProcessClient(dg.ConfigurableResource):
         fails without retries."""
         command = [sys.executable, "-m", "enrich_crawl.crawl.worker"]
         with (
-            open_pipes_session(
+            dg.open_pipes_session(
                 context=context,
-                context_injector=PipesTempFileContextInjector(),
-                message_reader=PatientTempFileMessageReader(),
+                context_injector=dg.PipesTempFileContextInjector(),
+                message_reader=PatientFileMessageReader(),
                 extras={"params": params.to_dict()},
             ) as session,
             _StopSignals() as signals,

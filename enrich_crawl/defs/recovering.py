@@ -14,12 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEvent, EngineEventData
 from dagster._core.execution.plan.instance_concurrency_context import (
     InstanceConcurrencyContext,
     _calculate_timeout_interval,
 )
-from dagster._core.executor.base import Executor
 
 from enrich_crawl import recovery
 
@@ -95,10 +93,10 @@ def install_patient_claims() -> None:
     multiprocess.InstanceConcurrencyContext = PatientConcurrencyContext
 
 
-class RecoveringExecutor(Executor):
+class RecoveringExecutor(dg.Executor):
     """Wraps an executor: closes dead runs, then runs the plan with a heartbeat."""
 
-    def __init__(self, inner: Executor):
+    def __init__(self, inner: dg.Executor):
         self.inner = inner
 
     @property
@@ -112,7 +110,7 @@ class RecoveringExecutor(Executor):
     def __getattr__(self, name: str) -> Any:  # executor-specific attributes (app_args, ...)
         return getattr(self.inner, name)
 
-    def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[DagsterEvent]:
+    def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
         instance = plan_context.instance
         run_id = plan_context.dagster_run.run_id
         with recovery.Heartbeat(instance, run_id):
@@ -122,12 +120,8 @@ class RecoveringExecutor(Executor):
                 closed = []
                 plan_context.log.warning(f"could not check for dead runs: {exc}")
             for run in closed:
-                yield DagsterEvent.engine_event(
-                    plan_context,
-                    f"run {run.run_id} closed: {run.reason}; {run.slots_freed} pool slot(s) freed",
-                    EngineEventData(
-                        {"closed_run": run.run_id, "reason": run.reason, "slots": run.slots_freed}
-                    ),
+                plan_context.log.warning(
+                    f"run {run.run_id} closed: {run.reason}; {run.slots_freed} pool slot(s) freed"
                 )
             yield from self.inner.execute(plan_context, execution_plan)
 
@@ -141,5 +135,5 @@ def with_recovery(executor_def: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
         config_schema=executor_def.config_schema,
         executor_creation_fn=lambda init_context: RecoveringExecutor(create(init_context)),
         description=executor_def.description,
-        requirements=executor_def._requirements_fn,  # no public accessor
+        requirements=executor_def.get_requirements,
     )

@@ -7,6 +7,8 @@ environment at run time by `enrich_crawl.config`, not at import.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +62,9 @@ class DatasetResource(dg.ConfigurableResource):
         )
 
     def watched_dir(self) -> Path | None:
-        import os
-
-        raw = self.watch_dir or os.environ.get("ENRICH_DATASETS_DIR")
-        return Path(raw).expanduser().resolve() if raw else None
+        if self.watch_dir:
+            return Path(self.watch_dir).expanduser().resolve()
+        return config.datasets_dir()
 
 
 class StagingResource(dg.ConfigurableResource):
@@ -103,18 +104,9 @@ class CrawlerResource(dg.ConfigurableResource):
 
     def run_budget(self) -> float | None:
         """The per-run crawl budget in seconds, or None."""
-        import os
-
         if self.run_time_budget_seconds is not None:
             return self.run_time_budget_seconds if self.run_time_budget_seconds > 0 else None
-        raw = os.environ.get("ENRICH_RUN_TIME_BUDGET", "").strip()
-        if not raw:
-            return None
-        try:
-            value = float(raw)
-        except ValueError as exc:
-            raise ValueError(f"ENRICH_RUN_TIME_BUDGET={raw!r} is not a number of seconds") from exc
-        return value if value > 0 else None
+        return config.run_time_budget()
 
     def environment(self) -> dict[str, Any]:
         return {
@@ -125,6 +117,26 @@ class CrawlerResource(dg.ConfigurableResource):
             "proxy": self.proxy or config.http_proxy(),
             "chromium": config.chromium_path(),
         }
+
+
+class VirtualWebResource(dg.ConfigurableResource):
+    """Serves a dataset's own web (its spec's `virtual_web` folder: the demo, offline tests,
+    benchmarks) through enrich_crawl.virtualweb, one server per crawl; the server's request log is
+    the evidence the robots check audits."""
+
+    startup_timeout_seconds: float = Field(
+        default=20.0, description="How long the server may take to start (s)."
+    )
+
+    @contextlib.contextmanager
+    def serve(self, root: Path, log_path: Path) -> Iterator[Any]:
+        """The running server (its `proxy_url` is the crawl's proxy) until the block ends."""
+        from enrich_crawl.virtualweb import running_web
+
+        with running_web(
+            root, log_path=log_path, startup_timeout=self.startup_timeout_seconds
+        ) as web:
+            yield web
 
 
 class MongoResource(dg.ConfigurableResource):
@@ -179,18 +191,14 @@ class MongoResource(dg.ConfigurableResource):
     )
 
     def effective_uri(self) -> str:
-        import os
-
         from enrich_crawl.store.mongo import resolve_uri
 
-        uri = self.uri or os.environ.get("MONGODB_URI") or None
+        uri = self.uri or config.mongodb_uri()
         embedded = Path(self.embedded_dir) if self.embedded_dir else config.work_dir() / "mongo"
         return resolve_uri(uri, embedded)
 
     def database_name(self) -> str:
-        import os
-
-        return self.database or os.environ.get("MONGODB_DB") or config.DEFAULT_DB
+        return self.database or config.mongodb_db()
 
     def client_options(self) -> dict[str, Any]:
         """pymongo keyword options (only those set: the URI's own options apply otherwise)."""
@@ -226,11 +234,9 @@ class MongoResource(dg.ConfigurableResource):
 
     def scrub(self, text: str) -> str:
         """`text` (e.g. an error message) without any credential of this resource."""
-        import os
-
         from enrich_crawl.store.mongo import scrub
 
-        uri = self.uri or os.environ.get("MONGODB_URI")
+        uri = self.uri or config.mongodb_uri()
         secrets = (self.password, self.tls_certificate_key_file_password)
         return scrub(text, uri, secrets=secrets)
 
@@ -286,11 +292,8 @@ class QualityResource(dg.ConfigurableResource):
     )
 
     def resolution_threshold(self, field: str) -> float:
-        import os
-
         if field in self.field_min_resolution_rate:
             return float(self.field_min_resolution_rate[field])
         if self.min_resolution_rate is not None:
             return self.min_resolution_rate
-        raw = os.environ.get("ENRICH_MIN_RESOLUTION_RATE", "").strip()
-        return float(raw) if raw else 0.5
+        return config.min_resolution_rate()

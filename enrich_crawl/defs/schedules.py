@@ -19,21 +19,21 @@ fields are fresh (crawled-URL store and recrawl TTL, enrich_crawl.crawl.state), 
 """
 
 import datetime as dt
-import os
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.datasets import enrich_run_config
 from enrich_crawl.defs.jobs import enrich_job
 from enrich_crawl.defs.partitions import DATASET_TAG, FINGERPRINT_TAG, TRIGGER_TAG
 from enrich_crawl.defs.resources import DatasetResource
 
-SCHEDULE_CRON = os.environ.get("ENRICH_SCHEDULE_CRON", "").strip() or "0 2 * * *"
-SCHEDULE_TZ = os.environ.get("ENRICH_SCHEDULE_TZ", "").strip() or "UTC"
+SCHEDULE_CRON = config.schedule_cron()
+SCHEDULE_TZ = config.schedule_timezone()
 
 
 def _default_status() -> dg.DefaultScheduleStatus:
-    if os.environ.get("ENRICH_SCHEDULE_RUNNING", "").strip().lower() in ("1", "true", "yes", "on"):
+    if config.schedule_running():
         return dg.DefaultScheduleStatus.RUNNING
     return dg.DefaultScheduleStatus.STOPPED
 

@@ -13,10 +13,10 @@ It runs by default when ENRICH_DATASETS_DIR is set when the definitions load, el
 """
 
 import json
-import os
 
 import dagster as dg
 
+from enrich_crawl import config
 from enrich_crawl.defs.datasets import enrich_run_config
 from enrich_crawl.defs.jobs import enrich_job, register_datasets_job
 from enrich_crawl.defs.partitions import DATASET_TAG, FINGERPRINT_TAG, TRIGGER_TAG, datasets
@@ -24,7 +24,7 @@ from enrich_crawl.defs.resources import DatasetResource
 
 
 def _default_status() -> dg.DefaultSensorStatus:
-    if os.environ.get("ENRICH_DATASETS_DIR", "").strip():
+    if config.datasets_dir() is not None:
         return dg.DefaultSensorStatus.RUNNING
     return dg.DefaultSensorStatus.STOPPED
 
