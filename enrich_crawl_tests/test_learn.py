@@ -51,7 +51,9 @@ def pydocs_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def structured_corpus(tmp_path_factory):
     try:
-        return build_corpus("structured", tmp_path_factory.mktemp("structured"), seed=3)
+        return build_corpus(
+            "structured", tmp_path_factory.mktemp("structured"), seed=3, sources="set-up"
+        )
     except (RuntimeError, ImportError) as exc:  # no registry client or extruct here
         _unavailable(exc)
 

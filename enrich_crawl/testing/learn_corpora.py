@@ -13,8 +13,8 @@ Corpora:
   site, one template, pages serving several modules (`#module-x` fragments). Truth from the
   reStructuredText sources and objects.inv, never from the HTML.
 - `structured`: real pages that packages ship as test fixtures (see
-  `enrich_crawl.testing.structured_pages`), each page on its own virtual host, carrying OpenGraph,
-  JSON-LD or microdata. Truth from the fixtures' own expected outputs.
+  `enrich_crawl.testing.structured_pages`), on the hosts they were saved from, carrying
+  OpenGraph, JSON-LD or microdata. Truth from a second extractor, extruct.
 - `synth`: the end-to-end benchmark's generated web (`bench/e2e/generate.py`: org sites in 16
   themes, shared hosting, directories with one section per record), at its full scale by default.
   Fields that robots.txt, dead hosts or broken seed URLs make unreachable are listed in
@@ -240,17 +240,28 @@ def _build_synth(root: Path, known_fraction: float, seed: int, scale: float) -> 
 # -- structured --------------------------------------------------------------------------------------
 
 
-def _build_structured(root: Path, known_fraction: float, seed: int, scale: float) -> Corpus:
+def _build_structured(
+    root: Path, known_fraction: float, seed: int, scale: float, sources: str = "all"
+) -> Corpus:
     from enrich_crawl.testing import structured_pages
 
-    return structured_pages.build(root, known_fraction=known_fraction, seed=seed, scale=scale)
+    return structured_pages.build(
+        root, known_fraction=known_fraction, seed=seed, scale=scale, sources=sources
+    )
 
 
 def build_corpus(
-    name: str, root: str | Path, *, known_fraction: float = 0.3, seed: int = 0, scale: float = 1.0
+    name: str,
+    root: str | Path,
+    *,
+    known_fraction: float = 0.3,
+    seed: int = 0,
+    scale: float = 1.0,
+    **options: Any,
 ) -> Corpus:
     """Build corpus `name` into `root` (see the module docstring); `scale` < 1 builds a smaller
-    one (tests)."""
+    one (tests); `options` go to that corpus's builder (structured: `sources="set-up"`, the
+    packages that set-up fetched, for the tests)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     builders = {"pydocs": _build_pydocs, "structured": _build_structured, "synth": _build_synth}
@@ -258,7 +269,7 @@ def build_corpus(
         raise ValueError(f"unknown corpus {name!r} (known: {', '.join(CORPORA)})")
     if not 0 < known_fraction < 1:
         raise ValueError(f"known_fraction must be between 0 and 1, not {known_fraction}")
-    return builders[name](root, known_fraction, seed, scale)
+    return builders[name](root, known_fraction, seed, scale, **options)
 
 
 # -- reading pages as the crawler gets them ------------------------------------------------------
