@@ -160,7 +160,7 @@ def _saved_from(handle: Any, folder: str, index_path: str) -> dict[str, str]:
         return {}
     base = index_path.rsplit("/", 1)[0] + "/" if "/" in index_path else ""
     out = {}
-    for rel, meta in (raw.items() if isinstance(raw, dict) else []):
+    for rel, meta in raw.items() if isinstance(raw, dict) else []:
         url = meta.get("url") if isinstance(meta, dict) else None
         if isinstance(url, str) and (base + rel).startswith(folder):
             out[base + rel] = url
