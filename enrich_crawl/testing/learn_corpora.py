@@ -383,7 +383,7 @@ def record_pages(
     every same-host link (`wide`: a probe), or the links the `mappings`' url_parsers give (the
     crawl's way)."""
     from enrich_crawl.extract.learn import ExamplePage
-    from enrich_crawl.extract.learn.locate import PageFacts
+    from enrich_crawl.extract.learn.facts import PageFacts
     from enrich_crawl.extract.mapping import run_mapping
     from enrich_crawl.urls import fragment_of, without_fragment
 
