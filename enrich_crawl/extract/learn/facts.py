@@ -46,6 +46,7 @@ class PageFacts:
         self._jsonld: list[Any] | None = None
         self._plain: str | None = None
         self._links: dict[str, list[Any]] | None = None
+        self._skeleton: frozenset[str] | None = None  # the DOM skeleton (templates.skeleton)
 
     @property
     def depth(self) -> int:

@@ -52,7 +52,12 @@ from enrich_crawl.extract.learn.locate import (
     presence_features,
 )
 from enrich_crawl.extract.learn.model import Example, LearnResult
-from enrich_crawl.extract.learn.templates import GENERIC_PATTERN, slug, template_key, url_pattern
+from enrich_crawl.extract.learn.templates import (
+    GENERIC_PATTERN,
+    Template,
+    guarded,
+    plan_templates,
+)
 from enrich_crawl.extract.mapping import MappingSet
 
 MIN_TEMPLATE_EXAMPLES = 4  # fewer examples on a template: its records go to the generic mapping
@@ -106,7 +111,13 @@ def _learn_field(
     rng: random.Random,
     compiled: Compiled,
     shared_pages: set[str],
+    guard: str | None = None,
+    foreign: list[Prepared] | None = None,
 ) -> FieldOutcome:
+    """The rule for one field of a template (or the generic mapping), its fallbacks and the
+    rules rejected; `guard` is the template's condition on its pages (rules are judged guarded),
+    `foreign` the examples of other templates that its URL patterns match (a wrong value there
+    counts against a rule)."""
     with_value = field_examples(items, name)
     if len(with_value) < 2:
         return FieldOutcome(None, [], len(with_value), 0, 0, "fewer than 2 examples with a value")
@@ -134,7 +145,7 @@ def _learn_field(
     support: Counter[str] = Counter()
     found: dict[str, Candidate] = {}
     if ftype == "boolean":
-        found, support, why = _presence_candidates(train, name)
+        found, support, why = _presence_candidates(_with_rare_answer(train, held, name), name)
         if not found:
             return FieldOutcome(None, [], len(with_value), len(train), len(held), why)
     for prepared in train if ftype != "boolean" else []:
@@ -178,14 +189,18 @@ def _learn_field(
         )
     judged = []
     for cand in ranked[:MAX_CANDIDATES]:
-        result = judge(compiled, _whole_page_only(cand) if generic else cand, held, name, ftype)
+        if generic:
+            cand = _whole_page_only(cand)
+        elif guard:
+            cand = _guarded(cand, guard)
+        result = judge(compiled, cand, held, name, ftype, foreign=foreign)
         if result is not None:
             judged.append(result)
     kept = choose(judged, min_precision)
     fallbacks = []
     if kept is not None and kept.correct < kept.held_out:
         fallbacks = choose_fallbacks(
-            compiled, kept, judged, train + held, name, ftype, min_precision
+            compiled, kept, judged, train + held, name, ftype, min_precision, foreign=foreign
         )
     chosen = {id(kept.candidate) if kept else 0, *(id(f.candidate) for f in fallbacks)}
     rejected = sorted(
@@ -223,6 +238,36 @@ def _whole_page_only(cand: Candidate) -> Candidate:
         "parameters": {**first["parameters"], "expression": f"({expression})[$fragment = '']"},
     }
     return candidate([guarded, *steps[1:]], cand.kind)
+
+
+def _guarded(cand: Candidate, guard: str) -> Candidate:
+    """The rule read only on pages of its template (see templates.guarded)."""
+    steps = cand.chain
+    first = steps[0] if steps else {}
+    expression = (first.get("parameters") or {}).get("expression", "")
+    if first.get("type") != "xpath":
+        return cand
+    condition = guarded(expression, guard)
+    if condition is None:
+        return cand
+    step = {**first, "parameters": {**first["parameters"], "expression": condition}}
+    return candidate([step, *steps[1:]], cand.kind)
+
+
+RARE_ANSWER = 4  # fewer training examples of a yes/no answer: all its examples show the marks
+
+
+def _with_rare_answer(train: list[Prepared], held: list[Prepared], name: str) -> list[Prepared]:
+    """The examples a yes/no field's marks are looked for in: the training ones, plus the
+    held-out examples of an answer with fewer than RARE_ANSWER training examples. Four
+    deprecated modules among hundreds, one of them marked in an older way: two in training
+    would show no mark common to both (the rules are still judged on the held-out examples,
+    where the common answer outnumbers the rare one)."""
+    out = list(train)
+    for answer in (True, False):
+        if sum(1 for p in train if p.values[name] is answer) < RARE_ANSWER:
+            out += [p for p in held if p.values[name] is answer]
+    return out
 
 
 def _presence_candidates(train: list[Prepared], name: str):
@@ -279,101 +324,156 @@ def learn(
     started = time.process_time()
     learned_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
     prepared = _prepare(examples, field_types)
-    groups: dict[tuple[str, str], list[Prepared]] = defaultdict(list)
-    for item in prepared:
-        groups[template_key(item)].append(item)
-    hosts_grouped = Counter(host for host, _prefix in groups)
-    pooled: list[Prepared] = []
-    per_host: Counter[str] = Counter()
-    plans: list[tuple[str, list[Prepared], bool, list[dict[str, Any]], int]] = []
-    for (host, prefix), items in sorted(groups.items()):
-        if len(items) >= MIN_TEMPLATE_EXAMPLES:
-            # the path prefix only keeps apart the sites of a host that holds several
-            own = prefix if hosts_grouped[host] > 1 else "/"
-            name = f"{name_prefix}_{slug(host)}" + (f"_{slug(own)}" if own != "/" else "")
-            plans.append((name, items, False, [url_pattern(host, own)], TEMPLATE_PRIORITY))
+    plans = plan_templates(
+        prepared,
+        min_examples=MIN_TEMPLATE_EXAMPLES,
+        name_prefix=name_prefix,
+        priority=TEMPLATE_PRIORITY,
+    )
     # the generic mapping runs on every page, the templates' too: it learns from, and is judged
     # on, a few examples of every host (those with the most pages first: they show most)
+    pooled: list[Prepared] = []
+    per_host: Counter[str] = Counter()
     for item in sorted(prepared, key=lambda p: (-len(p.pages), p.example.record_id)):
         if per_host[item.host] < PER_HOST_GENERIC:
             per_host[item.host] += 1
             pooled.append(item)
     if len(per_host) >= 2:
-        plans.append((f"{name_prefix}_generic", pooled, True, [GENERIC_PATTERN], GENERIC_PRIORITY))
+        plans.append(
+            Template(
+                f"{name_prefix}_generic",
+                pooled,
+                [GENERIC_PATTERN],
+                GENERIC_PRIORITY,
+                generic=True,
+            )
+        )
     compiled = Compiled()
     mappings: list[dict[str, Any]] = []
     report_fields: dict[str, dict[str, Any]] = {
         name: {"examples": 0, "covered_by_given_mappings": 0, "pages": 0, "mappings": {}}
         for name in field_types
     }
-    for name, items, generic, patterns, priority in plans:
-        rng = random.Random(f"{seed}:{name}")
-        page_count = Counter(f.source.url for p in items for f in p.pages)
-        shared_pages = {url for url, n in page_count.items() if n > 1}
-        levels: list[dict[str, Judged]] = [{} for _ in range(MAX_FALLBACKS + 1)]
-        value_pages: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for fname, ftype in field_types.items():
-            usable = [p for p in items if not _covered_by_existing(existing, p, fname)]
-            entry = report_fields[fname]
-            n_with = len(field_examples(usable, fname))
-            if n_with == 0:
-                continue
-            outcome = _learn_field(
-                usable,
-                fname,
-                ftype,
-                generic=generic,
-                min_precision=min_precision,
-                rng=rng,
-                compiled=compiled,
-                shared_pages=shared_pages,
-            )
-            mapping_report: dict[str, Any] = {
-                "examples": outcome.examples,
-                "train": outcome.train,
-                "held_out": outcome.held_out,
-                "kept": outcome.kept.summary() if outcome.kept else None,
-                "fallbacks": [j.summary() for j in outcome.fallbacks],
-                "rejected": [{**j.summary(), "mistakes": j.mistakes} for j in outcome.rejected[:5]],
-            }
-            if outcome.kept is None:
-                mapping_report["why_nothing"] = outcome.why
-            entry["mappings"][name] = mapping_report
-            if outcome.kept is None:
-                continue
-            for level, judged in enumerate([outcome.kept, *outcome.fallbacks]):
-                levels[level][fname] = judged
-                mapping = compiled.get(fname, judged.candidate)
-                if mapping is None:
-                    continue
-                for item in field_examples(items, fname):
-                    # a deeper page matters where the record's own pages do not give the value:
-                    # the first page (shallowest first) that yields is a deeper one, and right
-                    value, url = predict(mapping, item, fname, ftype)
-                    depth = next((f.depth for f in item.pages if f.source.url == url), 0)
-                    if depth and same_value(value, item.values[fname], ftype):
-                        value_pages[item.example.record_id][url].add(fname)
-        url_parsers, link_report = learn_links(items, value_pages, rng, min_precision)
-        for level, learned_fields in enumerate(levels):
-            if not learned_fields:
-                continue
-            raw = _mapping_document(
-                f"{name}_fallback{level}" if level else name,
-                learned_fields,
-                patterns=patterns,
-                priority=priority - level,
-                url_parsers=url_parsers if level == 0 else [],
-                examples=len(items),
-                learned_at=learned_at,
-                generic=generic,
-                level=level,
-            )
-            mappings.append(raw)
+    links: dict[str, Any] = {}
+    for template in plans:
+        written, link_report = _learn_template(
+            template,
+            field_types,
+            report_fields,
+            existing=existing,
+            min_precision=min_precision,
+            rng=random.Random(f"{seed}:{template.name}"),
+            compiled=compiled,
+            learned_at=learned_at,
+        )
+        mappings += written
         if link_report:
-            report_fields.setdefault("_links", {}).setdefault(name, link_report)
-    for fname, entry in report_fields.items():
-        if fname.startswith("_"):
+            links[template.name] = link_report
+    _explain(report_fields, prepared, existing)
+    pages_total = sum(len(p.pages) for p in prepared)
+    cpu = time.process_time() - started
+    report = {
+        "learned_at": learned_at,
+        "min_precision": min_precision,
+        "examples": len(prepared),
+        "pages": pages_total,
+        "templates": [template.report() for template in plans],
+        "mappings": [m["name"] for m in mappings],
+        "fields": report_fields,
+        "links": links,
+        "cpu_seconds": round(cpu, 3),
+        "cpu_ms_per_page": round(cpu * 1000 / pages_total, 2) if pages_total else 0.0,
+    }
+    return LearnResult(mappings, report)
+
+
+def _learn_template(
+    template: Template,
+    field_types: dict[str, str],
+    report_fields: dict[str, dict[str, Any]],
+    *,
+    existing: MappingSet | None,
+    min_precision: float,
+    rng: random.Random,
+    compiled: Compiled,
+    learned_at: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The mapping documents of one template (its rules, then its fallbacks) and its link
+    report; each field's outcome goes into `report_fields`."""
+    items = template.items
+    page_count = Counter(f.source.url for p in items for f in p.pages)
+    shared_pages = {url for url, n in page_count.items() if n > 1}
+    levels: list[dict[str, Judged]] = [{} for _ in range(MAX_FALLBACKS + 1)]
+    value_pages: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for fname, ftype in field_types.items():
+        usable = [p for p in items if not _covered_by_existing(existing, p, fname)]
+        if not field_examples(usable, fname):
             continue
+        outcome = _learn_field(
+            usable,
+            fname,
+            ftype,
+            generic=template.generic,
+            min_precision=min_precision,
+            rng=rng,
+            compiled=compiled,
+            shared_pages=shared_pages,
+            guard=template.guard,
+            foreign=field_examples(template.foreign, fname)[:MAX_HELD_OUT],
+        )
+        mapping_report: dict[str, Any] = {
+            "examples": outcome.examples,
+            "train": outcome.train,
+            "held_out": outcome.held_out,
+            "kept": outcome.kept.summary() if outcome.kept else None,
+            "fallbacks": [j.summary() for j in outcome.fallbacks],
+            "rejected": [{**j.summary(), "mistakes": j.mistakes} for j in outcome.rejected[:5]],
+        }
+        if outcome.kept is None:
+            mapping_report["why_nothing"] = outcome.why
+        report_fields[fname]["mappings"][template.name] = mapping_report
+        if outcome.kept is None:
+            continue
+        for level, judged in enumerate([outcome.kept, *outcome.fallbacks]):
+            levels[level][fname] = judged
+            mapping = compiled.get(fname, judged.candidate)
+            if mapping is None:
+                continue
+            for item in field_examples(items, fname):
+                # a deeper page matters where the record's own pages do not give the value:
+                # the first page (shallowest first) that yields is a deeper one, and right
+                value, url = predict(mapping, item, fname, ftype)
+                depth = next((f.depth for f in item.pages if f.source.url == url), 0)
+                if depth and same_value(value, item.values[fname], ftype):
+                    value_pages[item.example.record_id][url].add(fname)
+    url_parsers, link_report = learn_links(items, value_pages, rng, min_precision)
+    written = []
+    for level, learned_fields in enumerate(levels):
+        if learned_fields:
+            written.append(
+                _mapping_document(
+                    f"{template.name}_fallback{level}" if level else template.name,
+                    learned_fields,
+                    patterns=template.patterns,
+                    priority=template.priority - level,
+                    url_parsers=url_parsers if level == 0 else [],
+                    examples=len(items),
+                    learned_at=learned_at,
+                    generic=template.generic,
+                    level=level,
+                )
+            )
+    return written, link_report
+
+
+def _explain(
+    report_fields: dict[str, dict[str, Any]],
+    prepared: list[Prepared],
+    existing: MappingSet | None,
+) -> None:
+    """Per field of the report: its examples and pages, and why nothing was learned where
+    nothing was."""
+    for fname, entry in report_fields.items():
         with_value = field_examples(prepared, fname)
         entry["examples"] = len(with_value)
         entry["pages"] = sum(len(p.pages) for p in with_value)
@@ -394,24 +494,6 @@ def learn(
                     "(records of at least 2 hosts)"
                 ]
             entry["why_nothing"] = "; ".join(whys)
-    pages_total = sum(len(p.pages) for p in prepared)
-    cpu = time.process_time() - started
-    report = {
-        "learned_at": learned_at,
-        "min_precision": min_precision,
-        "examples": len(prepared),
-        "pages": pages_total,
-        "templates": [
-            {"mapping": name, "examples": len(items), "generic": generic}
-            for name, items, generic, _p, _q in plans
-        ],
-        "mappings": [m["name"] for m in mappings],
-        "fields": {k: v for k, v in report_fields.items() if not k.startswith("_")},
-        "links": report_fields.get("_links", {}),
-        "cpu_seconds": round(cpu, 3),
-        "cpu_ms_per_page": round(cpu * 1000 / pages_total, 2) if pages_total else 0.0,
-    }
-    return LearnResult(mappings, report)
 
 
 def _mapping_document(

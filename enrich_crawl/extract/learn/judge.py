@@ -162,8 +162,16 @@ def field_examples(items: list[Prepared], name: str) -> list[Prepared]:
 
 
 def judge(
-    compiled: Compiled, cand: Candidate, held: list[Prepared], name: str, ftype: str
+    compiled: Compiled,
+    cand: Candidate,
+    held: list[Prepared],
+    name: str,
+    ftype: str,
+    *,
+    foreign: list[Prepared] | None = None,
 ) -> Judged | None:
+    """The candidate run on the held-out examples: where it yields, right or wrong. On `foreign`
+    examples (another template's, at URLs the mapping will match) only a wrong value counts."""
     mapping = compiled.get(name, cand)
     if mapping is None:
         return None
@@ -177,16 +185,26 @@ def judge(
         judged.outcomes[prepared.example.record_id] = right
         if right:
             judged.correct += 1
-        elif len(judged.mistakes) < 3:
-            judged.mistakes.append(
-                {
-                    "record": prepared.example.record_id,
-                    "url": url,
-                    "expected": prepared.values[name],
-                    "got": value,
-                }
-            )
+        else:
+            _mistake(judged, prepared, url, value, name)
+    for prepared in foreign or ():
+        value, url = predict(mapping, prepared, name, ftype)
+        if value is not None and not same_value(value, prepared.values[name], ftype):
+            judged.yielded += 1
+            _mistake(judged, prepared, url, value, name)
     return judged
+
+
+def _mistake(judged: Judged, prepared: Prepared, url: str, value: Any, name: str) -> None:
+    if len(judged.mistakes) < 3:
+        judged.mistakes.append(
+            {
+                "record": prepared.example.record_id,
+                "url": url,
+                "expected": prepared.values[name],
+                "got": value,
+            }
+        )
 
 
 # a link that leads nowhere costs one polite fetch, not a wrong value: a lower bar than fields
@@ -254,11 +272,14 @@ def choose_fallbacks(
     name: str,
     ftype: str,
     min_precision: float,
+    *,
+    foreign: list[Prepared] | None = None,
 ) -> list[Judged]:
     """Rules that fill what the kept rule leaves empty (another site's structured-data key, a
     second layout). Each is judged together with the rules before it, as the crawl will run them
     (a lower-priority rule on a shallower page comes first): on the examples (training and
-    held-out: few are left) where it is the one that gives the value."""
+    held-out: few are left) where it is the one that gives the value, and on `foreign` ones
+    (another template's) where it gives a wrong value."""
     out: list[Judged] = []
     rules = [compiled.get(name, kept.candidate)]
     for _level in range(MAX_FALLBACKS):
@@ -278,6 +299,10 @@ def choose_fallbacks(
                 right = same_value(value, prepared.values[name], ftype)
                 part.correct += right
                 part.outcomes[prepared.example.record_id] = right
+            for prepared in foreign or ():
+                value, index = predict_chain([*rules, mapping], prepared, name, ftype)
+                if index == len(rules) and not same_value(value, prepared.values[name], ftype):
+                    part.yielded += 1
             # one right value and no wrong one is enough for a structured-data key, two for
             # anything else
             if part.correct >= 2 or (

@@ -239,7 +239,7 @@ def presence_features(facts: PageFacts, fragment: str, record_id: str) -> set[st
     if fragment:
         named = BY_ID(tree, v=fragment)
         if named:
-            head, root = "//*[@id=$fragment]", named[0]
+            head, root = "id($fragment)", named[0]
     if root is None:
         bodies = tree.xpath("//body")
         root = bodies[0] if bodies else tree
@@ -263,7 +263,7 @@ def presence_features(facts: PageFacts, fragment: str, record_id: str) -> set[st
 
 
 def presence_candidate(feature: str) -> Candidate:
-    kind = "record" if feature.startswith("//*[@id=$fragment]") else "class"
+    kind = "record" if feature.startswith("id($fragment)") else "class"
     if "normalize-space(.)=" in feature and "@class" not in feature:
         kind = "record" if kind == "record" else "label"
     return candidate([xp(f"boolean({feature})")], kind)
