@@ -19,6 +19,9 @@ Corpora:
   themes, shared hosting, directories with one section per record), at its full scale by default.
   Fields that robots.txt, dead hosts or broken seed URLs make unreachable are listed in
   `unfindable.json` (they are not expected from any mapping).
+- `djangodocs`: the Django 3.2 docs of Debian's python-django-doc (`enrich_crawl.testing.
+  djangodocs`): pages, and settings, template tags and filters on pages serving many, with odd
+  pages (an image, a script, empty, 6 MB, binary, missing) mixed in. Truth from objects.inv.
 
 `WebFolder(web_root)` reads pages from such a folder as the crawler would get them (same path rules
 as the virtual web server, robots.txt honoured, dead hosts dead), for in-process benchmarks.
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-CORPORA = ("pydocs", "structured", "synth")
+CORPORA = ("pydocs", "structured", "synth", "djangodocs")
 USER_AGENT_TOKEN = "enrich_crawl"
 
 
@@ -250,6 +253,12 @@ def _build_structured(
     )
 
 
+def _build_djangodocs(root: Path, known_fraction: float, seed: int, scale: float) -> Corpus:
+    from enrich_crawl.testing import djangodocs
+
+    return djangodocs.build(root, known_fraction=known_fraction, seed=seed, scale=scale)
+
+
 def build_corpus(
     name: str,
     root: str | Path,
@@ -264,7 +273,12 @@ def build_corpus(
     packages that set-up fetched, for the tests)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    builders = {"pydocs": _build_pydocs, "structured": _build_structured, "synth": _build_synth}
+    builders = {
+        "pydocs": _build_pydocs,
+        "structured": _build_structured,
+        "synth": _build_synth,
+        "djangodocs": _build_djangodocs,
+    }
     if name not in builders:
         raise ValueError(f"unknown corpus {name!r} (known: {', '.join(CORPORA)})")
     if not 0 < known_fraction < 1:

@@ -64,11 +64,16 @@ MIN_TEMPLATE_EXAMPLES = 4  # fewer examples on a template: its records go to the
 MAX_HELD_OUT = 80  # held-out examples per template and field (rules are validated on these)
 MAX_CANDIDATES = 36  # candidates validated per field and template, most supported first
 PER_HOST_GENERIC = 2  # examples per host in the generic mapping (every host weighs the same)
+MAX_PAGE_BYTES = 2_000_000  # larger example pages are left out of learning (counted in the report)
 TEMPLATE_PRIORITY = -10
 GENERIC_PRIORITY = -20
 
 
-def _prepare(examples: Iterable[Example], field_types: dict[str, str]) -> list[Prepared]:
+def _prepare(
+    examples: Iterable[Example], field_types: dict[str, str], skipped: Counter[str]
+) -> list[Prepared]:
+    """The examples with their known values typed and their pages parsed; pages that teach
+    nothing are counted in `skipped` by why (too large, undecodable)."""
     out = []
     for example in examples:
         values = {}
@@ -81,9 +86,16 @@ def _prepare(examples: Iterable[Example], field_types: dict[str, str]) -> list[P
                 values[name] = typed
         pages = []
         for page in sorted(example.pages, key=lambda p: p.depth):
+            if len(page.body or b"") > MAX_PAGE_BYTES:
+                # a rule is judged by running it on every example page: on a 6 MB page each
+                # candidate costs a second (a regex on 100,000 texts); the site's other pages
+                # show the same template
+                skipped["too_large"] += 1
+                continue
             try:
                 pages.append(PageFacts(page))
             except (ValueError, TypeError):
+                skipped["undecodable"] += 1
                 continue  # an undecodable page teaches nothing; the others still do
         if pages and values:
             out.append(Prepared(example, pages, values))
@@ -323,7 +335,8 @@ def learn(
     """Learn mappings that reproduce the examples' known values (see the module docstring)."""
     started = time.process_time()
     learned_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
-    prepared = _prepare(examples, field_types)
+    skipped: Counter[str] = Counter()
+    prepared = _prepare(examples, field_types, skipped)
     plans = plan_templates(
         prepared,
         min_examples=MIN_TEMPLATE_EXAMPLES,
@@ -377,6 +390,7 @@ def learn(
         "min_precision": min_precision,
         "examples": len(prepared),
         "pages": pages_total,
+        "pages_skipped": dict(skipped),
         "templates": [template.report() for template in plans],
         "mappings": [m["name"] for m in mappings],
         "fields": report_fields,

@@ -31,9 +31,7 @@ def _link_candidates(parent: PageFacts, target_url: str) -> list[tuple[str, str]
             if classes:
                 out.append((f"id($fragment)//a[{has_class(classes[0])}]/@href", "record"))
             if 0 < len(text) <= 40:
-                out.append(
-                    (f"id($fragment)//a[normalize-space(.)={xq(text)}]/@href", "record")
-                )
+                out.append((f"id($fragment)//a[normalize-space(.)={xq(text)}]/@href", "record"))
         text = " ".join((anchor.xpath("normalize-space(.)") or "").split())
         if 0 < len(text) <= 40:
             out.append((f"//a[normalize-space(.)={xq(text)}]/@href", "label"))
