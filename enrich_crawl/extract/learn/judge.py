@@ -87,33 +87,10 @@ class Compiled:
 
 
 def predict(mapping: Mapping, prepared: Prepared, name: str, ftype: str) -> tuple[Any, str]:
-    """The value the crawl would resolve for the record: the first its pages yield, by depth.
-
-    A deeper page counts only if it holds the known value somewhere: the crawl reaches deeper
-    pages through learned links, which lead to those pages; a fetcher's probe of a whole site
-    also holds the pages of other records (a directory's other entries), which the crawl of this
-    record would never see."""
-    example = prepared.example
-    needles = prepared.needles.get(name)
-    if needles is None:
-        needles = prepared.needles[name] = renderings(prepared.values[name], ftype)
-    for facts in prepared.pages:
-        if facts.depth and (
-            ftype == "boolean" or not value_on_page(facts, needles, words=ftype != "date")
-        ):
-            continue
-        result = run_mapping(
-            mapping,
-            facts.page,
-            fragment=facts.source.fragment,
-            record_id=example.record_id,
-            field_types={name: ftype},
-            only_fields=(name,),
-            with_links=False,
-        )
-        if name in result.fields:
-            return result.fields[name], facts.source.url
-    return None, ""
+    """The value the crawl would resolve for the record: the first its pages yield, by depth,
+    and the URL of the page that gave it (see predict_chain)."""
+    value, _index, url = predict_chain([mapping], prepared, name, ftype)
+    return value, url
 
 
 def split_examples(
@@ -238,9 +215,14 @@ MAX_FALLBACKS = 2  # second and third rules of a field, for the examples the fir
 
 def predict_chain(
     mappings: list[Mapping], prepared: Prepared, name: str, ftype: str
-) -> tuple[Any, int]:
-    """(value, index of the rule that gave it) as the crawl resolves several rules of a field:
-    shallowest page first, then the rules in priority order."""
+) -> tuple[Any, int, str]:
+    """(value, index of the rule that gave it, URL of its page) as the crawl resolves several
+    rules of a field: shallowest page first, then the rules in priority order.
+
+    A deeper page counts only if it holds the known value somewhere: the crawl reaches deeper
+    pages through learned links, which lead to those pages; a fetcher's probe of a whole site
+    also holds the pages of other records (a directory's other entries), which the crawl of this
+    record would never see."""
     needles = prepared.needles.get(name)
     if needles is None:
         needles = prepared.needles[name] = renderings(prepared.values[name], ftype)
@@ -260,8 +242,8 @@ def predict_chain(
                 with_links=False,
             )
             if name in result.fields:
-                return result.fields[name], index
-    return None, -1
+                return result.fields[name], index, facts.source.url
+    return None, -1, ""
 
 
 def choose_fallbacks(
@@ -292,7 +274,7 @@ def choose_fallbacks(
                 continue
             part = Judged(j.candidate, held_out=len(pool))
             for prepared in pool:
-                value, index = predict_chain([*rules, mapping], prepared, name, ftype)
+                value, index, _url = predict_chain([*rules, mapping], prepared, name, ftype)
                 if index != len(rules):
                     continue
                 part.yielded += 1
@@ -300,7 +282,7 @@ def choose_fallbacks(
                 part.correct += right
                 part.outcomes[prepared.example.record_id] = right
             for prepared in foreign or ():
-                value, index = predict_chain([*rules, mapping], prepared, name, ftype)
+                value, index, _url = predict_chain([*rules, mapping], prepared, name, ftype)
                 if index == len(rules) and not same_value(value, prepared.values[name], ftype):
                     part.yielded += 1
             # one right value and no wrong one is enough for a structured-data key, two for
