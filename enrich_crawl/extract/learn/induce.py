@@ -137,7 +137,10 @@ def _learn_field(
         train, held = [], []
         for answer in (True, False):
             part_train, part_held = split_examples(
-                [p for p in with_value if p.values[name] is answer], rng, by_host=False
+                [p for p in with_value if p.values[name] is answer],
+                rng,
+                by_host=False,
+                answer=True,
             )
             train += part_train
             held += part_held
@@ -157,7 +160,7 @@ def _learn_field(
     support: Counter[str] = Counter()
     found: dict[str, Candidate] = {}
     if ftype == "boolean":
-        found, support, why = _presence_candidates(_with_rare_answer(train, held, name), name)
+        found, support, why = _presence_candidates(train, name)
         if not found:
             return FieldOutcome(None, [], len(with_value), len(train), len(held), why)
     for prepared in train if ftype != "boolean" else []:
@@ -266,22 +269,6 @@ def _guarded(cand: Candidate, guard: str) -> Candidate:
     return candidate([step, *steps[1:]], cand.kind)
 
 
-RARE_ANSWER = 4  # fewer training examples of a yes/no answer: all its examples show the marks
-
-
-def _with_rare_answer(train: list[Prepared], held: list[Prepared], name: str) -> list[Prepared]:
-    """The examples a yes/no field's marks are looked for in: the training ones, plus the
-    held-out examples of an answer with fewer than RARE_ANSWER training examples. Four
-    deprecated modules among hundreds, one of them marked in an older way: two in training
-    would show no mark common to both (the rules are still judged on the held-out examples,
-    where the common answer outnumbers the rare one)."""
-    out = list(train)
-    for answer in (True, False):
-        if sum(1 for p in train if p.values[name] is answer) < RARE_ANSWER:
-            out += [p for p in held if p.values[name] is answer]
-    return out
-
-
 def _presence_candidates(train: list[Prepared], name: str):
     """Yes/no rules: what is present in the sections of the `true` examples and absent from
     those of the `false` ones (a `deprecated` note, a `sold-out` badge...)."""
@@ -307,6 +294,9 @@ def _presence_candidates(train: list[Prepared], name: str):
     support: Counter[str] = Counter()
     for rate, feature in scored[:MAX_CANDIDATES]:
         made = presence_candidate(feature)
+        # what tells the answers apart best in training goes first where held-out examples
+        # cannot tell (one 'true' among seventy held out)
+        made = Candidate(made.processors, made.kind, made.cost - round(rate * 100))
         found[made.processors] = made
         support[made.processors] = max(2, round(rate * len(train)))
     why = "" if found else "nothing is present in the 'true' examples' pages and absent elsewhere"

@@ -20,6 +20,7 @@ from enrich_crawl.extract.learn.templates import GENERIC_PATTERN
 from enrich_crawl.extract.mapping import Mapping, compile_mapping, run_mapping
 
 MAX_TRAIN = 24  # training examples per template and field (candidates come from these)
+FEW = 8  # examples of a yes/no answer up to which all but one are for training
 MIN_HELD_OUT_YIELD = 2  # a rule must have yielded on this many held-out examples to be judged
 
 
@@ -94,9 +95,10 @@ def predict(mapping: Mapping, prepared: Prepared, name: str, ftype: str) -> tupl
 
 
 def split_examples(
-    items: list[Prepared], rng: random.Random, *, by_host: bool
+    items: list[Prepared], rng: random.Random, *, by_host: bool, answer: bool = False
 ) -> tuple[list, list]:
-    """Training and held-out examples (whole hosts held out for the generic mapping)."""
+    """Training and held-out examples (whole hosts held out for the generic mapping); `answer`:
+    the examples of one answer of a yes/no field."""
     if by_host:
         hosts = sorted({p.host for p in items})
         rng.shuffle(hosts)
@@ -107,6 +109,11 @@ def split_examples(
     order = list(items)
     rng.shuffle(order)
     n_train = min(MAX_TRAIN, max(1, round(len(order) * 0.6)))
+    if answer and 2 < len(order) <= FEW:
+        # few examples (a yes/no field's rare answer: four deprecated modules among
+        # hundreds): all but one go to training, where a mark must show on two of them;
+        # with two in training, one marked in an older way leaves no mark common to both
+        n_train = len(order) - 1
     return order[:n_train], order[n_train:]
 
 
