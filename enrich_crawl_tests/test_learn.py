@@ -262,7 +262,10 @@ def test_evaluate_names_the_mapping_field_and_url_of_a_disagreement(pydocs_learn
 def test_values_compare_as_the_dataset_reads_them():
     assert same_value("  Hello   world ", "Hello world", "string")
     assert same_value("\u201cquoted\u201d", '"quoted"', "string")
-    assert not same_value("hello world", "Hello world", "string")
+    # case and whitespace as the dataset means them: a table of capitals, a page of mixed case
+    assert same_value("Hello  world", "HELLO WORLD", "string")
+    assert not same_value("hello world", "hello there", "string")
+    assert same_value(["Ada", "Bob"], ["ADA", "bob"], "list")
     assert same_value("1,200", 1200, "integer")
     assert same_value(3.0, 3, "number")
     assert same_value("March 5, 2024", "2024-03-05", "date")

@@ -67,6 +67,7 @@ def learn_dataset(
         per_domain=per_template * 3,
         max_records=max_records,
         yes_no=[name for name, f in spec.fields.items() if f.type == "boolean"],
+        seed=seed,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_learned(out_dir)

@@ -1,9 +1,16 @@
 """Which records learning and evaluating look at: a bounded sample of the records that hold
 values, per site template (learning) or per mapping (evaluate, `mapping_agreement`), written as a
-seed shard for the collecting crawl; the probes that go deeper."""
+seed shard for the collecting crawl; the probes that go deeper.
+
+The records are taken in a seeded pseudo-random order spread over the whole table (`spread_rank`
+of the record's id), not from its first rows: a table sorted by date, country or site would
+otherwise teach and check only its first stretch. The same seed and table give the same sample.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -35,6 +42,36 @@ def _domain(url: str) -> str:
     return registrable_domain((urlsplit(url).hostname or "").lower())
 
 
+def spread_rank(record_id: str, seed: int = 0) -> int:
+    """A record's place in the seeded order the samples take records in (stable across runs,
+    processes and Python versions: not `hash()`)."""
+    digest = hashlib.blake2b(f"{seed}:{record_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+OVERSAMPLE = 20  # records looked at per record a sample may take (its quotas skip most)
+
+
+class _Lowest:
+    """The `size` items of lowest rank seen (a uniform sample of a stream, bounded memory)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.heap: list[tuple[int, int, Any]] = []  # (-rank, -position, item): a max-heap
+        self.seen = 0
+
+    def offer(self, rank: int, item: Any) -> None:
+        self.seen += 1
+        entry = (-rank, -self.seen, item)
+        if len(self.heap) < self.size:
+            heapq.heappush(self.heap, entry)
+        elif rank < -self.heap[0][0]:
+            heapq.heapreplace(self.heap, entry)
+
+    def ranked(self) -> list[tuple[int, Any]]:
+        return [(-rank, item) for rank, _pos, item in sorted(self.heap, reverse=True)]
+
+
 @dataclass
 class Sampled:
     """A sampled record: its id, seed URLs and known values."""
@@ -53,24 +90,39 @@ def sample_for_learning(
     per_domain: int = 120,
     max_records: int = 2000,
     yes_no: Iterable[str] = (),
+    seed: int = 0,
 ) -> list[Sampled]:
-    """Records with known values, in file order, taken while one of their known fields has fewer
-    than `per_template` examples in the record's site template (template_key of its first URL),
-    at most `per_domain` records of one registrable domain and `max_records` in all. The
-    `yes_no` (boolean) fields count each answer apart, up to half of `per_template` each: the
-    rare answer (a deprecated module among hundreds) is what teaches where the answer shows, so
-    a record bringing an answer still short of examples is taken beyond `per_domain` too."""
+    """Records with known values, in the seeded order spread over the table (`spread_rank`),
+    taken while one of their known fields has fewer than `per_template` examples in the
+    record's site template (template_key of its first URL), at most `per_domain` records of one
+    registrable domain and `max_records` in all. The `yes_no` (boolean) fields count each answer
+    apart, up to half of `per_template` each: the rare answer (a deprecated module among
+    hundreds) is what teaches where the answer shows, so a record bringing an answer still short
+    of examples is taken beyond `per_domain` too (and looked for over the whole table)."""
     fields = list(fields)
     yes_no = set(yes_no)
     half = max(1, per_template // 2)
-    per_field: Counter[tuple[Any, ...]] = Counter()
-    per_site: Counter[str] = Counter()
-    out: list[Sampled] = []
+    spread = _Lowest(max_records * OVERSAMPLE)
+    answers: dict[tuple[Any, ...], _Lowest] = {}
     for record in records:
         urls = list(record.get("_urls") or [])
         known = known_values(record, fields)
         if not urls or not known:
             continue
+        rank = spread_rank(str(record["_id"]), seed)
+        item = (record, urls, known)
+        spread.offer(rank, item)
+        for name in yes_no & set(known):
+            key = (template_key(urls[0]), name, str(known[name]).lower())
+            answers.setdefault(key, _Lowest(half)).offer(rank, item)
+    chosen: dict[str, tuple[int, Any]] = {}
+    for lowest in [spread, *answers.values()]:
+        for rank, item in lowest.ranked():
+            chosen.setdefault(str(item[0]["_id"]), (rank, item))
+    per_field: Counter[tuple[Any, ...]] = Counter()
+    per_site: Counter[str] = Counter()
+    out: list[Sampled] = []
+    for _rank, (record, urls, known) in sorted(chosen.values(), key=lambda c: c[0]):
         template = template_key(urls[0])
         domain = _domain(urls[0])
         keys = [
@@ -99,27 +151,29 @@ def sample_for_mappings(
     *,
     per_mapping: int = 10,
     max_records: int = 500,
+    seed: int = 0,
 ) -> list[Sampled]:
     """Records with known values whose seed URLs one of `mappings` matches, while that mapping
-    has fewer than `per_mapping` records sampled for one of its fields that the record knows.
-    Records that also miss a field come first: a run has just fetched their pages (the
-    crawled-URL store serves them again), so checking them costs no request."""
+    has fewer than `per_mapping` records sampled for one of its fields that the record knows,
+    in the seeded order spread over the table (`spread_rank`). Records that also miss a field
+    come first: a run has just fetched their pages (the crawled-URL store serves them again),
+    so checking them costs no request."""
     fields = list(fields)
-    crawled: list[Sampled] = []
-    complete: list[Sampled] = []
+    crawled = _Lowest(max_records * OVERSAMPLE)
+    complete = _Lowest(max_records * OVERSAMPLE)
     for record in records:
         urls = list(record.get("_urls") or [])
         known = known_values(record, fields)
         if not urls or not known:
             continue
-        (complete if len(known) == len(fields) else crawled).append(
-            Sampled(str(record["_id"]), urls, known, record)
+        (complete if len(known) == len(fields) else crawled).offer(
+            spread_rank(str(record["_id"]), seed),
+            Sampled(str(record["_id"]), urls, known, record),
         )
-        if len(crawled) >= max_records * 20:  # enough to choose from
-            break
     taken: Counter[tuple[str, str]] = Counter()
     out: list[Sampled] = []
-    for sampled in crawled + complete:
+    ordered = [s for _rank, s in crawled.ranked()] + [s for _rank, s in complete.ranked()]
+    for sampled in ordered:
         pairs = {
             (mapping.name, name)
             for url in sampled.urls

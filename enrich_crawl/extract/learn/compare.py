@@ -2,9 +2,13 @@
 
 The known values come from the dataset after its cleaning (`dataset/cells.py`) and type coercion
 (`values.coerce`); the extracted ones from the mapping engine, which types them with the same
-`coerce`. Strings are compared after the loader's cell cleaning, with typographic quotes read as
-straight ones (a page renders `"x"` as `“x”`: the same text to a reader); numbers by value; dates as
-ISO dates; lists item by item.
+`coerce`. Strings are compared after the loader's cell cleaning (whitespace runs collapsed),
+casefolded (a table that writes a description in capitals means the text the page writes in mixed
+case) and with typographic quotes read as straight ones (a page renders `"x"` as `“x”`: the same
+text to a reader); numbers by value; dates as ISO dates; lists item by item.
+
+Only the comparison is this lenient: the learner finds a value on a page as the page writes it
+(see facts.PageFacts.variants) and the rules it writes select that text exactly.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from enrich_crawl.dataset.cells import clean_cell, coerce_cell
 _TYPOGRAPHIC = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 
 
-def _fold(text: str) -> str:
-    return clean_cell(text).translate(_TYPOGRAPHIC)
+def fold(text: str) -> str:
+    """A text as compared: cleaned, typographic quotes straightened, casefolded."""
+    return clean_cell(text).translate(_TYPOGRAPHIC).casefold()
 
 
 def known_value(value: Any, ftype: str) -> Any:
@@ -45,9 +50,9 @@ def same_value(extracted: Any, known: Any, ftype: str) -> bool:
     if got is None:
         return False
     if ftype == "string":
-        return _fold(got) == _fold(str(known))
+        return fold(got) == fold(str(known))
     if ftype == "list":
-        return [_fold(str(v)) for v in got] == [_fold(str(v)) for v in known]
+        return [fold(str(v)) for v in got] == [fold(str(v)) for v in known]
     if ftype in ("integer", "number"):
         try:
             return math.isclose(float(got), float(known), rel_tol=1e-9, abs_tol=1e-12)

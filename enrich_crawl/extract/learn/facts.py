@@ -5,6 +5,11 @@ very tree the crawl will build). `find_hits(facts, needles)` finds the value: th
 element (`normalize-space(.)` equals the value), or a part of it; an attribute (`<meta content>`,
 `<a title>`, `<time datetime>`, ...), whole or part; `jsonld_paths` a JSON-LD property
 (`<script type="application/ld+json">`, parsed leniently as the engine does).
+
+A value is looked for as the dataset compares it (compare.fold): whitespace collapsed and in any
+case, then spelt as the page spells it (`PageFacts.variants`), so that the rules select the page's
+own text exactly. Where inline elements split it in the markup (`<b>Ada</b> <i>Lovelace</i>`) it is
+looked for in the page's text as a reader sees it.
 """
 
 from __future__ import annotations
@@ -27,9 +32,19 @@ _EXACT = lxml.etree.XPath(f"//*[{_SKIP}][normalize-space(.) = $v]")
 _PART = lxml.etree.XPath(f"//*[{_SKIP}][contains(normalize-space(.), $v)]")
 _ATTR_EXACT = lxml.etree.XPath("//@*[normalize-space(.) = $v]")
 _ATTR_PART = lxml.etree.XPath("//@*[contains(normalize-space(.), $v)]")
+# the same below one element (a record's own section of a page serving several)
+_IN_EXACT = lxml.etree.XPath(f"descendant-or-self::*[{_SKIP}][normalize-space(.) = $v]")
+_IN_PART = lxml.etree.XPath(f"descendant-or-self::*[{_SKIP}][contains(normalize-space(.), $v)]")
+_IN_ATTR_EXACT = lxml.etree.XPath("descendant-or-self::*/@*[normalize-space(.) = $v]")
+_IN_ATTR_PART = lxml.etree.XPath("descendant-or-self::*/@*[contains(normalize-space(.), $v)]")
 _JSONLD = lxml.etree.XPath("//script[@type='application/ld+json']")
 _LINKS = lxml.etree.XPath("//a[@href]")
 _NOISY_ATTRS = frozenset({"style", "class", "id", "onclick", "src", "srcset"})
+_READER_TEXT = lxml.etree.XPath(
+    "//text()[not(ancestor::script or ancestor::style or ancestor::noscript or ancestor::head)]"
+)
+_TOKEN = re.compile(r"\w+")
+MAX_VARIANTS = 4  # spellings of one value on one page (case) looked for
 
 
 class PageFacts:
@@ -45,6 +60,9 @@ class PageFacts:
         )
         self._jsonld: list[Any] | None = None
         self._plain: str | None = None
+        self._plain_folded: str | None = None
+        self._reader: str | None = None
+        self._reader_folded: str | None = None
         self._links: dict[str, list[Any]] | None = None
         self._skeleton: frozenset[str] | None = None  # the DOM skeleton (templates.skeleton)
 
@@ -62,6 +80,45 @@ class PageFacts:
         if self._plain is None:
             self._plain = clean_text(self.page.text)
         return self._plain
+
+    def plain_folded(self) -> str:
+        if self._plain_folded is None:
+            self._plain_folded = self.plain_text().lower()
+        return self._plain_folded
+
+    def reader_text(self) -> str:
+        """The text of the page's body as XPath's string value reads it (text nodes joined as
+        they are, whitespace collapsed): `<b>Ada</b> <i>Lovelace</i>` reads "Ada Lovelace",
+        `Caf&eacute;` reads "Café"."""
+        if self._reader is None:
+            tree = self.tree
+            self._reader = clean_text("".join(_READER_TEXT(tree))) if tree is not None else ""
+            self._reader_folded = self._reader.lower()
+        return self._reader
+
+    def variants(self, needle: str, *, words: bool = False) -> list[str]:
+        """The needle as this page spells it: itself where the markup holds it, else the
+        spellings that differ from it only in case, in the markup or (where inline elements
+        split it there) in the page's text; none when the page does not hold it. With `words`,
+        a spelling must stand as a whole word (see word_in)."""
+        if not needle:
+            return []
+        plain = self.plain_text()
+        escaped = "&" in needle and needle.replace("&", "&amp;") in plain
+        if escaped or (needle in plain and (not words or word_in(needle, plain))):
+            return [needle]
+        folded = needle.lower()
+        found = _spellings(plain, self.plain_folded(), needle, folded, words)
+        if found:
+            return found
+        # split by markup: only where a word of it is in the markup at all (parsing costs)
+        tokens = _TOKEN.findall(folded)
+        if not tokens or max(tokens, key=len) not in self.plain_folded():
+            return []
+        reader = self.reader_text()
+        if needle in reader and (not words or word_in(needle, reader)):
+            return [needle]
+        return _spellings(reader, self._reader_folded or "", needle, folded, words)
 
     def jsonld(self) -> list[Any]:
         if self._jsonld is None:
@@ -96,6 +153,20 @@ class PageFacts:
         return self._links
 
 
+def _spellings(text: str, folded_text: str, needle: str, folded: str, words: bool) -> list[str]:
+    """The spellings of `needle` in `text` that differ from it only in case."""
+    if folded not in folded_text:
+        return []
+    out: list[str] = []
+    for match in re.finditer(re.escape(needle), text, re.IGNORECASE):
+        spelling = match.group(0)
+        if spelling not in out and (not words or word_in(spelling, text)):
+            out.append(spelling)
+            if len(out) >= MAX_VARIANTS:
+                break
+    return out
+
+
 @dataclass
 class Hit:
     element: Any  # the element holding the value (for an attribute: its owner)
@@ -118,28 +189,66 @@ def deepest(elements: list[Any]) -> list[Any]:
 
 
 def find_hits(
-    facts: PageFacts, needles: list[str], *, parts: bool = True, words: bool = True
+    facts: PageFacts,
+    wanted_needles: list[str],
+    *,
+    parts: bool = True,
+    words: bool = True,
+    within: list[Any] | None = None,
 ) -> list[Hit]:
     """Elements and attributes holding a needle, whole or (`parts`) as part of a longer text;
-    with `words`, a part must not be glued to letters or digits (a date may: `2024-03-05T10:00`)."""
+    with `words`, a part must not be glued to letters or digits (a date may: `2024-03-05T10:00`).
+    With `within` (a record's own sections of a page serving several), those sections are
+    looked into first, and the whole page only where they hold nothing: the same value in
+    another record's section (or the limits on hits per page) must not hide the record's own."""
     tree = facts.tree
     if tree is None:
         return []
+    needles = []
+    for wanted in wanted_needles:
+        # as the page spells it; not on the page in any case: no element or attribute holds it
+        needles += [v for v in facts.variants(wanted) if v not in needles]
+    if not needles:
+        return []
+    for section in within or ():
+        hits = _hits(
+            needles,
+            parts=parts,
+            words=words,
+            queries=(
+                lambda v, s=section: _IN_EXACT(s, v=v),
+                lambda v, s=section: _IN_PART(s, v=v),
+                lambda v, s=section: _IN_ATTR_EXACT(s, v=v),
+                lambda v, s=section: _IN_ATTR_PART(s, v=v),
+            ),
+        )
+        if hits:
+            return hits
+    return _hits(
+        needles,
+        parts=parts,
+        words=words,
+        queries=(
+            lambda v: _EXACT(tree, v=v),
+            lambda v: _PART(tree, v=v),
+            lambda v: _ATTR_EXACT(tree, v=v),
+            lambda v: _ATTR_PART(tree, v=v),
+        ),
+    )
+
+
+def _hits(needles: list[str], *, parts: bool, words: bool, queries: tuple) -> list[Hit]:
+    exact_of, part_of, attr_exact_of, attr_part_of = queries
     hits: list[Hit] = []
     seen: set[tuple[Any, str | None]] = set()
-    page_text = facts.plain_text()
     for needle in needles:
-        if not needle:
-            continue
-        if needle not in page_text and needle.replace("&", "&amp;") not in page_text:
-            continue  # not in the markup at all: no element or attribute holds it
-        exact = deepest(_EXACT(tree, v=needle))
+        exact = deepest(exact_of(needle))
         for element in exact:
             key = (element, None)
             if key not in seen:
                 seen.add(key)
                 hits.append(Hit(element, None, needle, needle))
-        for attr in _ATTR_EXACT(tree, v=needle):
+        for attr in attr_exact_of(needle):
             owner = attr.getparent()
             name = attr.attrname
             if name in _NOISY_ATTRS or (owner, name) in seen:
@@ -149,14 +258,14 @@ def find_hits(
         if not parts:
             continue
         if len(exact) < 8:  # a part of a longer text, even where a whole text holds it too
-            for element in deepest(_PART(tree, v=needle))[:12]:
+            for element in deepest(part_of(needle))[:12]:
                 text = clean_text(element.xpath("normalize-space(.)"))
                 if words and not word_in(needle, text):
                     continue  # "12" in "R000812" is no twelve
                 if len(text) <= MAX_PART_TEXT and (element, None) not in seen:
                     seen.add((element, None))
                     hits.append(Hit(element, None, text, needle))
-        for attr in _ATTR_PART(tree, v=needle):
+        for attr in attr_part_of(needle):
             owner = attr.getparent()
             name = attr.attrname
             text = clean_text(str(attr))
@@ -186,9 +295,9 @@ def word_in(needle: str, text: str) -> bool:
 
 
 def value_on_page(facts: PageFacts, needles: list[str], *, words: bool = True) -> bool:
-    """Does the page's text hold one of the renderings of a value (cheap: no parse)?"""
-    text = facts.plain_text()
-    return any(n and n in text and (not words or word_in(n, text)) for n in needles)
+    """Does the page hold one of the renderings of a value, in any case (parsed only where the
+    markup holds a word of it but not the whole)?"""
+    return any(facts.variants(n, words=words) for n in needles)
 
 
 def jsonld_paths(
@@ -200,7 +309,7 @@ def jsonld_paths(
 
 
 def json_paths(blocks: list[Any], needles: list[str], date: str | None) -> list[tuple[str, bool]]:
-    wanted = set(needles)
+    wanted = {n.lower() for n in needles if n}
     found: list[tuple[str, bool]] = []
 
     def walk(node: Any, path: list[str]) -> None:
@@ -212,9 +321,10 @@ def json_paths(blocks: list[Any], needles: list[str], date: str | None) -> list[
                 walk(item, [*path, "[*]"])
         elif isinstance(node, (str, int, float)) and not isinstance(node, bool) and path:
             text = clean_text(str(node))
-            if text in wanted or (date and date_in(text, date)):
+            folded = text.lower()
+            if folded in wanted or (date and date_in(text, date)):
                 found.append((_jsonpath(path), True))
-            elif len(text) <= MAX_PART_TEXT and any(n in text for n in wanted):
+            elif len(text) <= MAX_PART_TEXT and any(n in folded for n in wanted):
                 found.append((_jsonpath(path), False))
 
     for block in blocks:

@@ -27,6 +27,7 @@ from typing import Any
 
 from enrich_crawl.extract.learn.compare import known_value, renderings, same_value
 from enrich_crawl.extract.learn.facts import PageFacts
+from enrich_crawl.extract.learn.generalise import MAX_CONTEXTS, MIN_RECORDS, generalised_steps
 from enrich_crawl.extract.learn.judge import (
     MAX_FALLBACKS,
     MAX_TRAIN,
@@ -39,7 +40,9 @@ from enrich_crawl.extract.learn.judge import (
     diverse,
     field_examples,
     judge,
+    numbered_twin,
     predict,
+    probe_constant,
     split_examples,
 )
 from enrich_crawl.extract.learn.links import learn_links
@@ -50,8 +53,10 @@ from enrich_crawl.extract.learn.locate import (
     candidates_for,
     presence_candidate,
     presence_features,
+    value_steps,
 )
 from enrich_crawl.extract.learn.model import Example, LearnResult
+from enrich_crawl.extract.learn.selectors import xp
 from enrich_crawl.extract.learn.templates import (
     GENERIC_PATTERN,
     Template,
@@ -163,10 +168,13 @@ def _learn_field(
         found, support, why = _presence_candidates(train, name)
         if not found:
             return FieldOutcome(None, [], len(with_value), len(train), len(held), why)
+    # selector -> the text around the value on each training record (see generalise)
+    contexts: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
     for prepared in train if ftype != "boolean" else []:
         known = prepared.values[name]
         needles = renderings(known, ftype)
         seen_here: set[str] = set()
+        around: dict[tuple[str, str], tuple[str, str, str]] = {}
         for facts in prepared.pages:
             scoped = bool(facts.source.fragment) or facts.source.url in shared_pages
             cands = candidates_for(
@@ -177,6 +185,7 @@ def _learn_field(
                 fragment=facts.source.fragment,
                 record_id=prepared.example.record_id,
                 scoped=scoped,
+                contexts=around,
             )
             for key, cand in cands.items():
                 if generic and cand.kind == "positional":
@@ -184,6 +193,11 @@ def _learn_field(
                 found.setdefault(key, cand)
                 seen_here.add(key)
         support.update(seen_here)
+        for key, context in around.items():
+            if len(contexts[key]) < MAX_CONTEXTS:
+                contexts[key].append(context)
+    if ftype != "boolean":
+        _add_generalised(contexts, ftype, found, support, generic=generic)
     if not found:
         return FieldOutcome(
             None,
@@ -209,8 +223,21 @@ def _learn_field(
         elif guard:
             cand = _guarded(cand, guard)
         result = judge(compiled, cand, held, name, ftype, foreign=foreign)
-        if result is not None:
-            judged.append(result)
+        if result is None:
+            continue
+        judged.append(result)
+        twin = numbered_twin(result)
+        if twin is not None:
+            # "Ada Lovelace (2)" where the known value is "Ada Lovelace": the same selector,
+            # without the page's disambiguation number
+            twin_result = judge(compiled, twin, held, name, ftype, foreign=foreign)
+            if twin_result is not None:
+                judged.append(twin_result)
+    for result in judged:
+        if result.looks_constant:
+            # one value on every held-out page: does it give the same on pages whose known
+            # value is another one (a banner, a logo's alt text)?
+            probe_constant(compiled, result, train, name, ftype)
     kept = choose(judged, min_precision)
     fallbacks = []
     if kept is not None and kept.correct < kept.held_out:
@@ -232,6 +259,27 @@ def _learn_field(
     return FieldOutcome(
         kept, rejected, len(with_value), len(train), len(held), why, fallbacks=fallbacks
     )
+
+
+def _add_generalised(
+    contexts: dict[tuple[str, str], list[tuple[str, str, str]]],
+    ftype: str,
+    found: dict[str, Candidate],
+    support: Counter[str],
+    *,
+    generic: bool,
+) -> None:
+    """Regex rules generalised over the training records that one selector gives a longer text
+    on (a prefix that changes from record to record, `tool-alpha - `, `tool-beta - `)."""
+    tail = value_steps(ftype)
+    tail = [] if tail == [{"type": "trim", "parameters": {}}] else tail
+    for (expression, kind), seen in contexts.items():
+        if len(seen) < MIN_RECORDS or (generic and kind == "positional"):
+            continue
+        for steps in generalised_steps(seen, tail):
+            made = candidate([xp(expression), *steps], kind)
+            found.setdefault(made.processors, made)
+            support[made.processors] = max(support[made.processors], len(seen))
 
 
 def _whole_page_only(cand: Candidate) -> Candidate:

@@ -5,15 +5,16 @@ fallbacks."""
 from __future__ import annotations
 
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from enrich_crawl.extract.errors import MappingError
-from enrich_crawl.extract.learn.compare import renderings, same_value
+from enrich_crawl.extract.learn.compare import fold, renderings, same_value
 from enrich_crawl.extract.learn.facts import PageFacts, value_on_page
-from enrich_crawl.extract.learn.locate import CROSS_SITE_KINDS, Candidate
+from enrich_crawl.extract.learn.locate import CROSS_SITE_KINDS, Candidate, candidate
 from enrich_crawl.extract.learn.model import Example
 from enrich_crawl.extract.learn.selectors import page_types
 from enrich_crawl.extract.learn.templates import GENERIC_PATTERN
@@ -44,6 +45,31 @@ class Judged:
     held_out: int = 0
     mistakes: list[dict[str, Any]] = field(default_factory=list)
     outcomes: dict[str, bool] = field(default_factory=dict)  # record -> right? (where it yielded)
+    values_given: set[str] = field(default_factory=set)  # what it yielded, as compared
+    values_known: set[str] = field(default_factory=set)  # the known values it was judged on
+    numbered: int = 0  # wrong values that are the known one with a number: "Ada (2)"
+
+    def saw(self, value: Any, known: Any) -> None:
+        """Note a value it gave and the known one, for `constant`."""
+        if len(self.values_given) < 2:
+            self.values_given.add(_as_compared(value))
+        if len(self.values_known) < 2:
+            self.values_known.add(_as_compared(known))
+
+    @property
+    def looks_constant(self) -> bool:
+        return self.yielded >= MIN_CONSTANT_YIELDS and len(self.values_given) == 1
+
+    @property
+    def constant(self) -> bool:
+        """The same value on every page (a site-wide banner, a logo's alt text) where the known
+        values differ: the rule does not read the record, whatever its precision on a field
+        whose values are mostly one (a shop's own brand on most of its products)."""
+        return (
+            self.yielded >= MIN_CONSTANT_YIELDS
+            and len(self.values_given) == 1
+            and len(self.values_known) > 1
+        )
 
     @property
     def precision(self) -> float:
@@ -54,7 +80,7 @@ class Judged:
         return self.correct / self.held_out if self.held_out else 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {
+        out = {
             "rule": self.candidate.chain,
             "kind": self.candidate.kind,
             "held_out": self.held_out,
@@ -63,6 +89,20 @@ class Judged:
             "precision": round(self.precision, 4),
             "recall": round(self.recall, 4),
         }
+        if self.constant:
+            out["constant"] = sorted(self.values_given)[0]
+        return out
+
+
+MIN_CONSTANT_YIELDS = 3  # a rule that gave one value this many times, where values differ
+
+
+def _as_compared(value: Any) -> str:
+    if isinstance(value, str):
+        return fold(value)
+    if isinstance(value, list):
+        return "\x1f".join(fold(str(v)) for v in value)
+    return repr(value)
 
 
 class Compiled:
@@ -165,18 +205,70 @@ def judge(
         if value is None:
             continue
         judged.yielded += 1
+        judged.saw(value, prepared.values[name])
         right = same_value(value, prepared.values[name], ftype)
         judged.outcomes[prepared.example.record_id] = right
         if right:
             judged.correct += 1
         else:
             _mistake(judged, prepared, url, value, name)
+            if ftype == "string" and _numbered(value, prepared.values[name]):
+                judged.numbered += 1
     for prepared in foreign or ():
         value, url = predict(mapping, prepared, name, ftype)
         if value is not None and not same_value(value, prepared.values[name], ftype):
             judged.yielded += 1
             _mistake(judged, prepared, url, value, name)
     return judged
+
+
+# a disambiguation number after a name: "Ada Lovelace (2)", "Ada Lovelace[2]"
+NUMBERED_TAIL = r"(?: ?\(\d+\)| ?\[\d+\])"
+
+
+def _numbered(value: Any, known: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    text = fold(value)
+    head = fold(str(known))
+    return text.startswith(head) and re.fullmatch(NUMBERED_TAIL, text[len(head) :]) is not None
+
+
+def numbered_twin(judged: Judged) -> Candidate | None:
+    """The rule without the page's trailing disambiguation number, where every wrong value it
+    gave was the known one with such a number (names made unique on the page: "Ada (2)")."""
+    wrong = judged.yielded - judged.correct
+    steps = judged.candidate.chain
+    if not wrong or judged.numbered != wrong or not steps:
+        return None
+    strip = {"type": "regex", "parameters": {"pattern": f"^(.+?){NUMBERED_TAIL}?$"}}
+    if steps[-1]["type"] == "trim":
+        return candidate([*steps, strip], judged.candidate.kind)
+    if steps[-1]["type"] == "regex" and len(steps) >= 2:
+        return candidate([*steps, {"type": "trim", "parameters": {}}, strip], judged.candidate.kind)
+    return None
+
+
+def probe_constant(
+    compiled: Compiled, judged: Judged, train: list[Prepared], name: str, ftype: str
+) -> None:
+    """Run a rule that gave one value on every held-out page on a few training examples whose
+    known value is another: where it gives that value again, it is `constant`."""
+    mapping = compiled.get(name, judged.candidate)
+    if mapping is None:
+        return
+    (given,) = judged.values_given
+    others = [p for p in train if _as_compared(p.values[name]) != given][:MAX_CONSTANT_PROBES]
+    for prepared in others:
+        value, _url = predict(mapping, prepared, name, ftype)
+        if value is not None:
+            judged.values_given.add(_as_compared(value))
+            judged.values_known.add(_as_compared(prepared.values[name]))
+        if len(judged.values_given) > 1:
+            return
+
+
+MAX_CONSTANT_PROBES = 6
 
 
 def _mistake(judged: Judged, prepared: Prepared, url: str, value: Any, name: str) -> None:
@@ -203,7 +295,9 @@ def choose(judged: list[Judged], min_precision: float) -> Judged | None:
     qualified = [
         j
         for j in judged
-        if j.yielded >= min(MIN_HELD_OUT_YIELD, j.held_out) and j.precision >= min_precision
+        if j.yielded >= min(MIN_HELD_OUT_YIELD, j.held_out)
+        and j.precision >= min_precision
+        and not j.constant
     ]
     if not qualified:
         return None
@@ -285,6 +379,7 @@ def choose_fallbacks(
                 if index != len(rules):
                     continue
                 part.yielded += 1
+                part.saw(value, prepared.values[name])
                 right = same_value(value, prepared.values[name], ftype)
                 part.correct += right
                 part.outcomes[prepared.example.record_id] = right

@@ -24,6 +24,7 @@ from enrich_crawl.extract.learn.selectors import (
     has_class,
     page_types,
     record_scopes,
+    record_section,
     stable_classes,
     tag_name,
     xp,
@@ -176,8 +177,11 @@ def candidates_for(
     fragment: str = "",
     record_id: str = "",
     scoped: bool = False,
+    contexts: dict[tuple[str, str], tuple[str, str, str]] | None = None,
 ) -> dict[str, Candidate]:
-    """Every candidate rule that selects the known value on this page."""
+    """Every candidate rule that selects the known value on this page; where a selector gives a
+    longer text holding the value, `contexts` gets (selector, kind) -> (text before, value, text
+    after), for generalising over records (see generalise)."""
     out: dict[str, Candidate] = {}
     if facts.page.kind == "json" and facts.page.json is not None:
         # a JSON API answer: the value's key path, as a person would write it
@@ -200,7 +204,10 @@ def candidates_for(
             out[made.processors] = made
 
     conditions = page_types(facts, avoid)
-    for hit in find_hits(facts, needles, words=ftype != "date"):
+    sections = [
+        record_section(named, expression, fragment, record_id) for expression, named in scopes
+    ]
+    for hit in find_hits(facts, needles, words=ftype != "date", within=sections):
         exact = hit.exact or (ftype == "date" and date_in(hit.text, str(known)))
         for expression, kind in element_selectors(facts, hit.element, hit.needle, avoid, scopes):
             if hit.attribute:
@@ -217,6 +224,12 @@ def candidates_for(
                 else:
                     for steps in part_steps(hit.text, hit.needle, ftype):
                         add([xp(variant), *steps], kind)
+                    index = hit.text.find(hit.needle)
+                    if contexts is not None and index >= 0:
+                        end = index + len(hit.needle)
+                        contexts.setdefault(
+                            (variant, kind), (hit.text[:index], hit.needle, hit.text[end:])
+                        )
     for path, whole in jsonld_paths(facts, needles, str(known) if ftype == "date" else None):
         head = [xp(JSONLD_SELECTOR), {"type": "jsonpath", "parameters": {"expression": path}}]
         if whole:

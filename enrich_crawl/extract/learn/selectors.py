@@ -126,6 +126,42 @@ def record_scopes(facts: PageFacts, fragment: str, record_id: str) -> list[tuple
     return out
 
 
+_ID_HEAD = re.compile(r"^(.*?[-_:.])")
+_OTHER_ANCHOR = lxml.etree.XPath("boolean(.//*[@id != $v and starts-with(@id, $head)])")
+_OTHER_NAMED = lxml.etree.XPath("boolean(.//*[name() = $tag][normalize-space(.) != $v])")
+MAX_SECTION_LEVELS = 6
+
+
+def record_section(named: Any, expression: str, fragment: str, record_id: str) -> Any:
+    """The record's own section of a page that serves several: from the element that names it
+    (`id($fragment)`, or the element whose text is the record's id) up to the last ancestor that
+    names no other record (an id like the fragment, `org-12` beside `org-7`; another element like
+    the one holding the record's id); never the whole body."""
+    if expression.startswith("id("):
+        head_match = _ID_HEAD.match(fragment)
+        if head_match is None:
+            return named
+        head = head_match.group(1)
+
+        def other(node: Any) -> bool:
+            return bool(_OTHER_ANCHOR(node, v=fragment, head=head))
+    else:
+        tag = named.tag if isinstance(named.tag, str) else ""
+
+        def other(node: Any) -> bool:
+            return bool(_OTHER_NAMED(node, tag=tag, v=record_id))
+
+    section = named
+    for _level in range(MAX_SECTION_LEVELS):
+        parent = section.getparent()
+        if parent is None or not isinstance(parent.tag, str) or parent.tag in ("body", "html"):
+            break
+        if other(parent):
+            break
+        section = parent
+    return section
+
+
 def _common_ancestor(a: Any, b: Any) -> Any:
     ancestors = {*a.iterancestors(), a}  # elements, not id()s: lxml proxies come and go
     node = b
