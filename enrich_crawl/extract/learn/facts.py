@@ -63,6 +63,8 @@ class PageFacts:
         self._plain_folded: str | None = None
         self._reader: str | None = None
         self._reader_folded: str | None = None
+        # elements naming records on a page serving several: kind of name -> ancestor -> them
+        self.record_ancestors: dict[tuple[Any, ...], dict[Any, list[Any]]] = {}
         self._links: dict[str, list[Any]] | None = None
         self._skeleton: frozenset[str] | None = None  # the DOM skeleton (templates.skeleton)
 

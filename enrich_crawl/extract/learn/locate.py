@@ -204,9 +204,7 @@ def candidates_for(
             out[made.processors] = made
 
     conditions = page_types(facts, avoid)
-    sections = [
-        record_section(named, expression, fragment, record_id) for expression, named in scopes
-    ]
+    sections = [record_section(facts, named, expression, fragment) for expression, named in scopes]
     for hit in find_hits(facts, needles, words=ftype != "date", within=sections):
         exact = hit.exact or (ftype == "date" and date_in(hit.text, str(known)))
         for expression, kind in element_selectors(facts, hit.element, hit.needle, avoid, scopes):

@@ -127,36 +127,55 @@ def record_scopes(facts: PageFacts, fragment: str, record_id: str) -> list[tuple
 
 
 _ID_HEAD = re.compile(r"^(.*?[-_:.])")
-_OTHER_ANCHOR = lxml.etree.XPath("boolean(.//*[@id != $v and starts-with(@id, $head)])")
-_OTHER_NAMED = lxml.etree.XPath("boolean(.//*[name() = $tag][normalize-space(.) != $v])")
+_IDS_STARTING = lxml.etree.XPath("//*[starts-with(@id, $head)]")
 MAX_SECTION_LEVELS = 6
+MAX_OTHER_RECORDS = 2000  # elements naming other records looked at per page
 
 
-def record_section(named: Any, expression: str, fragment: str, record_id: str) -> Any:
+def _signature(element: Any) -> tuple[Any, ...]:
+    """What an element holding a record's id has in common with those holding the others' (a
+    table's first cell in every row): its tag, class, parent's tag and place among its siblings
+    of the same tag."""
+    parent = element.getparent()
+    siblings = [s for s in parent if s.tag == element.tag] if parent is not None else [element]
+    return (
+        element.tag,
+        element.get("class"),
+        getattr(parent, "tag", None),
+        siblings.index(element),
+    )
+
+
+def record_section(facts: PageFacts, named: Any, expression: str, fragment: str) -> Any:
     """The record's own section of a page that serves several: from the element that names it
     (`id($fragment)`, or the element whose text is the record's id) up to the last ancestor that
-    names no other record (an id like the fragment, `org-12` beside `org-7`; another element like
-    the one holding the record's id); never the whole body."""
+    names no other record (holds no id like the fragment, `org-12` beside `org-7`, nor an
+    element like the one holding the record's id); never the whole body. One walk of the page
+    per page and kind of name (the elements naming other records, and their ancestors)."""
     if expression.startswith("id("):
         head_match = _ID_HEAD.match(fragment)
         if head_match is None:
             return named
-        head = head_match.group(1)
-
-        def other(node: Any) -> bool:
-            return bool(_OTHER_ANCHOR(node, v=fragment, head=head))
+        key: tuple[Any, ...] = ("id", head_match.group(1))
     else:
-        tag = named.tag if isinstance(named.tag, str) else ""
-
-        def other(node: Any) -> bool:
-            return bool(_OTHER_NAMED(node, tag=tag, v=record_id))
-
+        key = ("text", *_signature(named))
+    others = facts.record_ancestors.get(key)
+    if others is None:
+        if key[0] == "id":
+            naming = _IDS_STARTING(facts.tree, head=key[1])
+        else:
+            naming = [e for e in facts.tree.iter(named.tag) if _signature(e) == key[1:]]
+        others = {}
+        for element in naming[:MAX_OTHER_RECORDS]:
+            for ancestor in element.iterancestors():
+                others.setdefault(ancestor, []).append(element)
+        facts.record_ancestors[key] = others
     section = named
     for _level in range(MAX_SECTION_LEVELS):
         parent = section.getparent()
         if parent is None or not isinstance(parent.tag, str) or parent.tag in ("body", "html"):
             break
-        if other(parent):
+        if any(other is not named for other in others.get(parent, ())):
             break
         section = parent
     return section
