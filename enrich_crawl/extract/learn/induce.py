@@ -276,6 +276,12 @@ def _add_generalised(
     for (expression, kind), seen in contexts.items():
         if len(seen) < MIN_RECORDS or (generic and kind == "positional"):
             continue
+        if kind in CROSS_SITE_KINDS and expression.startswith("//"):
+            # a `<meta>` or `<title>` is on every page of a site: with wildcards, its rule also
+            # reads the pages on the way to the record's ("About us - Acme" as a name), which
+            # held-out records cannot show (the crawl passes them, judging skips them); only
+            # on the kind of page the value is on (`/html[body[@data-page=...]]`)
+            continue
         for steps in generalised_steps(seen, tail):
             made = candidate([xp(expression), *steps], kind)
             found.setdefault(made.processors, made)
