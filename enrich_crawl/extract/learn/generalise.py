@@ -13,7 +13,11 @@ selector gives on several training records tell.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
+
+from enrich_crawl.extract.learn.locate import CROSS_SITE_KINDS, Candidate, candidate, value_steps
+from enrich_crawl.extract.learn.selectors import xp
 
 MIN_RECORDS = 2  # contexts of at least this many records before generalising
 MAX_CONTEXTS = 12  # contexts kept per selector
@@ -123,3 +127,30 @@ def generalised_steps(
         [trim, {"type": "regex", "parameters": {"pattern": p}}, *tail]
         for p in generalised_patterns(contexts)
     ]
+
+
+def add_generalised(
+    contexts: dict[tuple[str, str], list[tuple[str, str, str]]],
+    ftype: str,
+    found: dict[str, Candidate],
+    support: Counter[str],
+    *,
+    generic: bool,
+) -> None:
+    """Regex rules generalised over the training records that one selector gives a longer text
+    on (a prefix that changes from record to record, `tool-alpha - `, `tool-beta - `)."""
+    tail = value_steps(ftype)
+    tail = [] if tail == [{"type": "trim", "parameters": {}}] else tail
+    for (expression, kind), seen in contexts.items():
+        if len(seen) < MIN_RECORDS or (generic and kind == "positional"):
+            continue
+        if kind in CROSS_SITE_KINDS and expression.startswith("//"):
+            # a `<meta>` or `<title>` is on every page of a site: with wildcards, its rule also
+            # reads the pages on the way to the record's ("About us - Acme" as a name), which
+            # held-out records cannot show (the crawl passes them, judging skips them); only
+            # on the kind of page the value is on (`/html[body[@data-page=...]]`)
+            continue
+        for steps in generalised_steps(seen, tail):
+            made = candidate([xp(expression), *steps], kind)
+            found.setdefault(made.processors, made)
+            support[made.processors] = max(support[made.processors], len(seen))

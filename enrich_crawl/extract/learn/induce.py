@@ -27,7 +27,7 @@ from typing import Any
 
 from enrich_crawl.extract.learn.compare import known_value, renderings, same_value
 from enrich_crawl.extract.learn.facts import PageFacts
-from enrich_crawl.extract.learn.generalise import MAX_CONTEXTS, MIN_RECORDS, generalised_steps
+from enrich_crawl.extract.learn.generalise import MAX_CONTEXTS, add_generalised
 from enrich_crawl.extract.learn.judge import (
     MAX_FALLBACKS,
     MAX_TRAIN,
@@ -53,10 +53,8 @@ from enrich_crawl.extract.learn.locate import (
     candidates_for,
     presence_candidate,
     presence_features,
-    value_steps,
 )
 from enrich_crawl.extract.learn.model import Example, LearnResult
-from enrich_crawl.extract.learn.selectors import xp
 from enrich_crawl.extract.learn.templates import (
     GENERIC_PATTERN,
     Template,
@@ -197,7 +195,7 @@ def _learn_field(
             if len(contexts[key]) < MAX_CONTEXTS:
                 contexts[key].append(context)
     if ftype != "boolean":
-        _add_generalised(contexts, ftype, found, support, generic=generic)
+        add_generalised(contexts, ftype, found, support, generic=generic)
     if not found:
         return FieldOutcome(
             None,
@@ -259,33 +257,6 @@ def _learn_field(
     return FieldOutcome(
         kept, rejected, len(with_value), len(train), len(held), why, fallbacks=fallbacks
     )
-
-
-def _add_generalised(
-    contexts: dict[tuple[str, str], list[tuple[str, str, str]]],
-    ftype: str,
-    found: dict[str, Candidate],
-    support: Counter[str],
-    *,
-    generic: bool,
-) -> None:
-    """Regex rules generalised over the training records that one selector gives a longer text
-    on (a prefix that changes from record to record, `tool-alpha - `, `tool-beta - `)."""
-    tail = value_steps(ftype)
-    tail = [] if tail == [{"type": "trim", "parameters": {}}] else tail
-    for (expression, kind), seen in contexts.items():
-        if len(seen) < MIN_RECORDS or (generic and kind == "positional"):
-            continue
-        if kind in CROSS_SITE_KINDS and expression.startswith("//"):
-            # a `<meta>` or `<title>` is on every page of a site: with wildcards, its rule also
-            # reads the pages on the way to the record's ("About us - Acme" as a name), which
-            # held-out records cannot show (the crawl passes them, judging skips them); only
-            # on the kind of page the value is on (`/html[body[@data-page=...]]`)
-            continue
-        for steps in generalised_steps(seen, tail):
-            made = candidate([xp(expression), *steps], kind)
-            found.setdefault(made.processors, made)
-            support[made.processors] = max(support[made.processors], len(seen))
 
 
 def _whole_page_only(cand: Candidate) -> Candidate:
