@@ -23,6 +23,36 @@ from enrich_crawl.crawl.params import WorkerParams
 
 RUN_LOG_PROGRESS_SECONDS = 60.0  # at most one progress line a minute in the Dagster run's log
 
+# Scrapy's start-up and shutdown boilerplate, the same for every crawl: its versions and the
+# reactor (scrapy.utils.log), "Overridden settings" (scrapy.crawler), the enabled extensions,
+# middlewares, pipelines and add-ons (scrapy.middleware, scrapy.addons), telnet, the closing stats
+# dump (stats.json and the step's metadata hold the crawl's figures). Below WARNING these loggers
+# are left out of the terminal and of the step's captured log; their warnings and errors stay.
+SCRAPY_BOILERPLATE_LOGGERS = (
+    "scrapy.utils.log",
+    "scrapy.crawler",
+    "scrapy.middleware",
+    "scrapy.addons",
+    "scrapy.extensions.telnet",
+    "scrapy.statscollectors",
+)
+
+
+class _WarningsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+_WARNINGS_ONLY = _WarningsOnly()
+
+
+def quiet_scrapy_boilerplate() -> None:
+    """Keep Scrapy's boilerplate INFO lines out of the crawl's log (SCRAPY_BOILERPLATE_LOGGERS).
+    A filter on each logger, not a level: Scrapy's logging set-up (CrawlerProcess) resets the
+    levels of scrapy.* loggers, and logs the versions before a level could be set again."""
+    for name in SCRAPY_BOILERPLATE_LOGGERS:
+        logging.getLogger(name).addFilter(_WARNINGS_ONLY)  # once: addFilter skips a duplicate
+
 
 def run_crawl(
     params: WorkerParams, progress: Callable[[dict[str, Any]], None] | None = None
@@ -52,6 +82,7 @@ def run_crawl(
     for error in mappings.errors:
         logging.getLogger(__name__).error("mapping skipped: %s", error)
     Path(params.out_dir).mkdir(parents=True, exist_ok=True)
+    quiet_scrapy_boilerplate()
     # the browser handler only when some mapping renders (js/auto): static crawls never load it
     process = CrawlerProcess(build_settings(params, render=needs_browser(mappings)))
     # a retry that gives up is recorded as the URL's reason; Scrapy's ERROR line adds nothing
