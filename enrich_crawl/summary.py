@@ -125,13 +125,16 @@ def failed_checks(instance: Any, run_id: str) -> list[dict[str, Any]]:
     return list({(c["asset"], c["check"]): c for c in failed}.values())
 
 
-def summarize(stage: DatasetStage, *, learned: bool = False) -> dict[str, Any]:
+def summarize(
+    stage: DatasetStage, *, learned: bool = False, started_at: float = 0.0
+) -> dict[str, Any]:
     """The seed's figures (rows, usable records, rejected and the file that keeps them), what
-    learning wrote when the run learned (`learned`), and the staged fallbacks of the run's counts
-    (used only when MongoDB cannot be read: enrich_crawl.counts is the definition)."""
+    learning wrote when the run learned (`learned`; written since `started_at`, epoch seconds),
+    and the staged fallbacks of the run's counts (used only when MongoDB cannot be read:
+    enrich_crawl.counts is the definition)."""
     summary: dict[str, Any] = {"dataset": stage.dataset}
     if learned:
-        summary["learned"] = learned_summary(stage.learned_dir)
+        summary["learned"] = learned_summary(stage.learned_dir, since=started_at)
     manifest = read_json_or_none(stage.seed_manifest)
     if manifest is None:
         return summary
@@ -145,12 +148,16 @@ def summarize(stage: DatasetStage, *, learned: bool = False) -> dict[str, Any]:
     return summary
 
 
-def learned_summary(learned_dir: Path) -> dict[str, Any]:
+def learned_summary(learned_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
     """What the run's learning wrote: the folder, its mapping files, the fields they fill (with
-    the mappings filling them) and, per field it could not learn, the report's reason."""
+    the mappings filling them) and, per field it could not learn, the report's reason. A report
+    older than `since` is an earlier run's (this one failed before learning): nothing then."""
     from enrich_crawl.learning.mappings import REPORT_FILE
     from enrich_crawl.learning.summary import learned_fields, read_learned
 
+    report_path = learned_dir / REPORT_FILE
+    if not report_path.exists() or report_path.stat().st_mtime < since:
+        return {"dir": str(learned_dir), "files": [], "report": "", "fields": {}, "nothing": {}}
     mappings, report = read_learned(learned_dir)
     fields = {
         name: [rule["mapping"] for rule in rules]
@@ -173,12 +180,16 @@ def learned_summary(learned_dir: Path) -> dict[str, Any]:
 def _learned_lines(learned: dict[str, Any]) -> list[str]:
     files = learned["files"]
     if files:
+        # a mapping per site template: name them only while they are few
         filled = ", ".join(
-            f"{name} ({', '.join(mappings)})" for name, mappings in learned["fields"].items()
+            f"{name} ({', '.join(mappings) if len(mappings) <= 2 else f'{len(mappings)} mappings'})"
+            for name, mappings in learned["fields"].items()
         )
         lines = [f"{len(files)} mapping file(s) in {learned['dir']}: fields {filled or '-'}"]
+    elif learned["report"]:
+        lines = [f"no mapping (no rule kept above the precision bar), in {learned['dir']}"]
     else:
-        lines = [f"no mapping (nothing kept above the precision bar), in {learned['dir']}"]
+        return ["nothing: the run ended before learning did"]
     shown = list(learned["nothing"].items())[:3]
     lines += [f"nothing for {name}: {first_line(why, 120)}" for name, why in shown]
     if len(learned["nothing"]) > len(shown):

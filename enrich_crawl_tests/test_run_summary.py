@@ -83,3 +83,26 @@ def test_the_summary_names_the_rejected_rows_file_and_what_was_learned(tmp_path,
     assert "citty" not in learned_fields and "citty" in report["fields"]
     assert re.search(r"^ {20}nothing for citty: \S", out, re.M), out
     assert f"report {learned / 'learn-report.json'}" in out, out
+
+
+def test_a_learn_report_of_an_earlier_run_is_not_this_runs(tmp_path):
+    """A run that ended before learning (a failed seed) must not show an earlier run's report as
+    what it learned."""
+    import os
+    import time
+
+    from enrich_crawl.summary import _learned_lines, learned_summary
+
+    folder = tmp_path / "learned"
+    folder.mkdir()
+    report = folder / "learn-report.json"
+    report.write_text(json.dumps({"fields": {"city": {"why_nothing": "no rule"}}}))
+    assert _learned_lines(learned_summary(folder, since=time.time() - 60)) == [
+        f"no mapping (no rule kept above the precision bar), in {folder}",
+        "nothing for city: no rule",
+        f"report {report}",
+    ]
+    os.utime(report, (time.time() - 3600, time.time() - 3600))
+    assert _learned_lines(learned_summary(folder, since=time.time() - 60)) == [
+        "nothing: the run ended before learning did"
+    ]
