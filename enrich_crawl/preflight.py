@@ -161,7 +161,7 @@ def check_some_mappings(mappings, mappings_dir: Path, spec, *, learn: bool) -> N
         f"{spec.name}.\n"
         "  Write mappings there (docs/mappings.md) or name a folder that has some with "
         "--mappings, or learn\n"
-        "  them from the values the table already holds: add --learn to this command, set "
+        "  them from the values the table already holds: `enrich-crawl run --learn`, set "
         f"`learn: true` in\n  {spec.path}, or run `enrich-crawl mapping learn --dataset "
         f"{spec.path} --out DIR` (docs/learning.md).",
     )

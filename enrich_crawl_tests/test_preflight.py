@@ -226,7 +226,7 @@ def test_an_empty_mappings_folder_is_refused_unless_the_run_learns(
     said = " ".join(line.strip() for line in lines)
     for way in (
         "--mappings",
-        "add --learn to this command",
+        "`enrich-crawl run --learn`",
         f"`learn: true` in {spec}",
         f"`enrich-crawl mapping learn --dataset {spec} --out DIR`",
     ):
