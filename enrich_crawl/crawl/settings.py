@@ -16,6 +16,7 @@ from typing import Any
 
 from enrich_crawl.config import CrawlConfig
 from enrich_crawl.crawl.params import WorkerParams
+from enrich_crawl.crawl.transport import TLS_CIPHERS, VERIFY_CERTIFICATES
 
 _CRAWL = "enrich_crawl.crawl"
 _MW = f"{_CRAWL}.middlewares"
@@ -80,6 +81,10 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         "DOWNLOAD_TIMEOUT": config.download_timeout,
         "DOWNLOAD_MAXSIZE": config.max_page_bytes,
         "DOWNLOAD_WARNSIZE": 0,
+        # Scrapy's defaults, named here because `mapping test` fetches with the same policy
+        # outside Scrapy (enrich_crawl.crawl.transport)
+        "DOWNLOAD_VERIFY_CERTIFICATES": VERIFY_CERTIFICATES,
+        "DOWNLOADER_CLIENT_TLS_CIPHERS": TLS_CIPHERS,
         "RETRY_ENABLED": config.retries > 0,
         "RETRY_TIMES": config.retries,
         "RETRY_HTTP_CODES": [500, 502, 503, 504, 522, 524, 408, 429],
