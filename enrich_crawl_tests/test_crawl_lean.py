@@ -244,15 +244,15 @@ def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed
         page.content_hash = "h"
         mapping = mappings.mappings[0]
         waiter = Waiter("R1", "", 0, "http://org.example/", "http://org.example/")
-        assert spider._extract(page, mapping, waiter, {"city"}) == {"city": "Oslo"}
-        entry = spider._extraction(page, mapping, waiter)
+        assert spider.extraction.extract(page, mapping, waiter, {"city"}) == {"city": "Oslo"}
+        entry = spider.extraction.extraction(page, mapping, waiter)
         assert entry.tried == {"city"} and entry.links is None
         # another record on the same page wants more: only the new fields run
         other = Waiter("R2", "", 0, "http://org.example/", "http://org.example/")
-        got = spider._extract(page, mapping, other, {"city", "founded", "unknown_field"})
+        got = spider.extraction.extract(page, mapping, other, {"city", "founded", "unknown_field"})
         assert got == {"city": "Oslo", "founded": 1999}
         assert entry.tried == {"city", "founded"}
-        assert spider._links(page, mapping, waiter) == ["http://org.example/about"]
+        assert spider.extraction.links(page, mapping, waiter) == ["http://org.example/about"]
         assert entry.links == ["http://org.example/about"]
     finally:
         spider.out.close()

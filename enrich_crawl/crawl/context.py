@@ -5,7 +5,8 @@ them asks `CrawlContext.of(crawler)` for the one context of the crawl (made on f
 Scrapy's own components find each other with `crawler.get_extension`). The crawl's configuration
 is parsed into it once from the ENRICH_CRAWL_CONFIG setting (as scrapy-playwright's
 Config.from_settings); the spider fills in what it opens: the run's page cache, the persistent
-state and the shared limiter once the database answers, and the goal test of its frontier.
+state and the shared limiter once the database answers, and the goal test of its frontier; the
+browser's handler registers itself when pages render.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     from enrich_crawl.crawl.host_limiter import HostLimiter
     from enrich_crawl.crawl.pagecache import PageCache
+    from enrich_crawl.crawl.render_handler import RenderDownloadHandler
     from enrich_crawl.crawl.state import CrawlState
 
 CONFIG_SETTING = "ENRICH_CRAWL_CONFIG"  # CrawlConfig.to_dict() of the crawl
@@ -37,6 +39,9 @@ class CrawlContext:
     unwanted: Callable[[Request], bool] | None = None
     # whether a URL is one the crawl asked for itself (a record's seed or a followed link)
     claims: Callable[[str], bool] | None = None
+    # whether the scheduler drops a request nobody waits for (it then drops its page's waits)
+    discard: Callable[[Request], bool] | None = None
+    browser: RenderDownloadHandler | None = None  # the browser's handler, when pages render
 
     @classmethod
     def of(cls, crawler: Crawler) -> CrawlContext:

@@ -54,6 +54,7 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 from scrapy_playwright.page import PageMethod
 
+from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.errors import Refused, reason_for_exception
 from enrich_crawl.crawl.middlewares import RobotsMiddleware, crawl_config
 from enrich_crawl.crawl.policy import UrlPolicy
@@ -555,6 +556,7 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
             "locale": "en-US",
         }
         crawler.enrich_render = self  # type: ignore[attr-defined]
+        CrawlContext.of(crawler).browser = self  # the crawl's report asks it for its snapshot
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RenderDownloadHandler:
