@@ -16,7 +16,7 @@ from scrapy.utils.test import get_crawler
 from enrich_crawl.config import CrawlConfig
 from enrich_crawl.crawl.downloader import PoliteDownloader
 from enrich_crawl.crawl.frontier import Waiter
-from enrich_crawl.crawl.middlewares import (
+from enrich_crawl.crawl.middlewares.lean import (
     CheapMetaRefreshMiddleware,
     LeanDownloaderStats,
     ProxyMiddleware,
@@ -109,13 +109,21 @@ def test_lean_downloader_stats_count_requests_and_statuses():
 @pytest.mark.parametrize(
     "body, encoding, redirected",
     [
-        (b'<html><head><meta http-equiv="Refresh" content="0; url=/next"></head></html>', None, True),
+        (
+            b'<html><head><meta http-equiv="Refresh" content="0; url=/next"></head></html>',
+            None,
+            True,
+        ),
         (b"<html><head><META HTTP-EQUIV=refresh CONTENT='1;URL=/next'></head></html>", None, True),
         (b"<html><head><title>no refresh here</title></head><body>x</body></html>", None, False),
         # refresh mentioned in the text only: Scrapy's own scan decides (no redirect)
         (b"<html><body>press F5 to refresh</body></html>", None, False),
         # UTF-16 has NUL bytes: always Scrapy's path, which decodes it
-        ('<html><head><meta http-equiv="refresh" content="0; url=/next"></head></html>', "utf-16", True),
+        (
+            '<html><head><meta http-equiv="refresh" content="0; url=/next"></head></html>',
+            "utf-16",
+            True,
+        ),
     ],
 )
 def test_meta_refresh_is_followed_exactly_when_scrapy_would(body, encoding, redirected):
@@ -167,7 +175,9 @@ def test_robots_reads_of_a_burst_take_one_database_call(mongo_server, mongo_db_n
         writer = CrawlState(mongo_server.uri, mongo_db_name, worker="w")
         await writer.open()
         for origin in origins[:10]:
-            writer.robots_put(RobotsRules.from_response(origin, 200, b"User-agent: *\nDisallow: /x"))
+            writer.robots_put(
+                RobotsRules.from_response(origin, 200, b"User-agent: *\nDisallow: /x")
+            )
         await writer.close()
 
         reader = CrawlState(mongo_server.uri, mongo_db_name, worker="r")

@@ -54,3 +54,9 @@ class CrawlContext:
 
     def is_unwanted(self, request: Request) -> bool:
         return self.unwanted is not None and self.unwanted(request)
+
+
+def crawl_config(crawler: Crawler) -> CrawlConfig:
+    """The crawl's configuration, parsed once per crawler (CrawlContext): the one source every
+    component reads; no other setting repeats a field of it."""
+    return CrawlContext.of(crawler).config

@@ -16,10 +16,10 @@ import scrapy
 from scrapy.exceptions import DontCloseSpider
 
 from enrich_crawl.crawl.frontier import FetchOrder, Frontier
-from enrich_crawl.crawl.middlewares import ROBOTS_FETCH
 from enrich_crawl.crawl.outcomes import Outcomes
 from enrich_crawl.crawl.params import WorkerParams
 from enrich_crawl.crawl.render import ABANDONED
+from enrich_crawl.crawl.robots import ROBOTS_FETCH
 from enrich_crawl.crawl.sources import PageSources
 from enrich_crawl.crawl.tally import Tally
 from enrich_crawl.dataset.seedfile import read_seed_shard

@@ -54,9 +54,9 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 from scrapy_playwright.page import PageMethod
 
-from enrich_crawl.crawl.context import CrawlContext
+from enrich_crawl.crawl.context import CrawlContext, crawl_config
 from enrich_crawl.crawl.errors import Refused, reason_for_exception
-from enrich_crawl.crawl.middlewares import RobotsMiddleware, crawl_config
+from enrich_crawl.crawl.middlewares.politeness import RobotsMiddleware
 from enrich_crawl.crawl.policy import UrlPolicy
 from enrich_crawl.crawl.render import (
     ABANDONED,

@@ -18,7 +18,7 @@ from scrapy.crawler import Crawler
 
 from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.frontier import Frontier
-from enrich_crawl.crawl.middlewares import RobotsMiddleware, Throttle
+from enrich_crawl.crawl.middlewares.politeness import RobotsMiddleware, Throttle
 from enrich_crawl.crawl.pagecache import PageCache
 from enrich_crawl.crawl.params import WorkerParams
 from enrich_crawl.crawl.rendering import RenderCoordinator
