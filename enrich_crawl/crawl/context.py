@@ -6,7 +6,7 @@ Scrapy's own components find each other with `crawler.get_extension`). The crawl
 is parsed into it once from the ENRICH_CRAWL_CONFIG setting (as scrapy-playwright's
 Config.from_settings); the spider fills in what it opens: the run's page cache, the persistent
 state and the shared limiter once the database answers, and the goal test of its frontier; the
-browser's handler registers itself when pages render.
+browser's handler registers its statistics when pages render.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from enrich_crawl.crawl.host_limiter import HostLimiter
     from enrich_crawl.crawl.pagecache import PageCache
-    from enrich_crawl.crawl.render_handler import RenderDownloadHandler
     from enrich_crawl.crawl.state import CrawlState
 
 CONFIG_SETTING = "ENRICH_CRAWL_CONFIG"  # CrawlConfig.to_dict() of the crawl
@@ -41,7 +40,8 @@ class CrawlContext:
     claims: Callable[[str], bool] | None = None
     # whether the scheduler drops a request nobody waits for (it then drops its page's waits)
     discard: Callable[[Request], bool] | None = None
-    browser: RenderDownloadHandler | None = None  # the browser's handler, when pages render
+    # the browser's statistics (render_handler.RenderDownloadHandler.snapshot), when pages render
+    browser_snapshot: Callable[[], dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, crawler: Crawler) -> CrawlContext:

@@ -220,7 +220,7 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
             "locale": "en-US",
         }
         crawler.enrich_render = self  # type: ignore[attr-defined]
-        CrawlContext.of(crawler).browser = self  # the crawl's report asks it for its snapshot
+        CrawlContext.of(crawler).browser_snapshot = self.snapshot  # read by the crawl's report
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RenderDownloadHandler:

@@ -81,8 +81,8 @@ class CrawlReport:
                 logger.exception("progress reporting failed")
 
     def render_snapshot(self, crawler: Crawler | None) -> dict[str, Any]:
-        browser = CrawlContext.of(crawler).browser if crawler else None
-        return self.rendering.snapshot(browser.snapshot() if browser is not None else None)
+        browser = CrawlContext.of(crawler).browser_snapshot if crawler else None
+        return self.rendering.snapshot(browser() if browser is not None else None)
 
     def snapshot(self, crawler: Crawler | None) -> dict[str, Any]:
         counts, render_counts = self.tally.counts, self.tally.render

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from scrapy import Request
@@ -28,9 +28,12 @@ if TYPE_CHECKING:
     from playwright.async_api import Page as BrowserPage
     from playwright.async_api import Request as BrowserRequest
     from playwright.async_api import Route
+    from scrapy.crawler import Crawler
+    from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
     from scrapy.http import Response
 
-    from enrich_crawl.crawl.render_handler import RenderDownloadHandler
+    from enrich_crawl.crawl.middlewares.politeness import RobotsMiddleware
+    from enrich_crawl.crawl.render import RenderConfig
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +100,32 @@ def _browser_headers(headers: Headers) -> dict[str, str]:
     return out
 
 
+class GateOwner(Protocol):
+    """What a gate asks of the browser's download handler (render_handler.RenderDownloadHandler,
+    an HTTP/1.1 handler too: same-host fetches go through its `download_request`)."""
+
+    crawler: Crawler
+    render_config: RenderConfig
+    scripts: ScriptCache
+    user_agent: str
+    proxies: HttpProxyMiddleware | None
+    download_timeout: float
+    page_wait_max: float  # the longest wait of a render for its context and page
+
+    @property
+    def robots(self) -> RobotsMiddleware | None: ...
+
+    def count(self, key: str, n: int = 1) -> None: ...
+
+    def check(self, url: str) -> str | None: ...
+
+    def host_lock(self, host: str) -> asyncio.Lock: ...
+
+
 class SubresourceGate:
     """The route handler of one rendered page (see the module docstring for the rules)."""
 
-    def __init__(self, handler: RenderDownloadHandler, request: Request, document: Document):
+    def __init__(self, handler: GateOwner, request: Request, document: Document):
         self.handler = handler
         self.request = request
         self.document = document
