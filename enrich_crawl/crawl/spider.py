@@ -158,9 +158,7 @@ class EnrichSpider(scrapy.Spider):
             counts["bytes"] += len(response.body)
         ctype = response.headers.get(b"Content-Type", b"").decode("latin-1")
         if not is_text(ctype):
-            for k in keys:
-                self.outcomes.fail(k, "not_text", ctype[:100])
-                self.sources.remember_failure(k, "not_text", response.url)
+            self.sources.fail(keys, "not_text", ctype[:100], response.url)
             return
         page = Page(response.url, response.body, content_type=ctype or None, status=response.status)
         page.fetched_at = dt.datetime.now(dt.timezone.utc).isoformat()
