@@ -80,7 +80,7 @@ class CrawlReport:
             except Exception:  # progress must never break the crawl
                 logger.exception("progress reporting failed")
 
-    def render_snapshot(self, crawler: Crawler | None) -> dict[str, Any]:
+    def _render_snapshot(self, crawler: Crawler | None) -> dict[str, Any]:
         browser = CrawlContext.of(crawler).browser_snapshot if crawler else None
         return self.rendering.snapshot(browser() if browser is not None else None)
 
@@ -129,7 +129,7 @@ class CrawlReport:
             "pages_rendered": render_counts["rendered"],
             "render_skipped": render_counts["skipped/fields_found"]
             + render_counts["skipped/not_script_built"],
-            "render": self.render_snapshot(crawler),
+            "render": self._render_snapshot(crawler),
             "dropped_requests": counts["dropped"],
             "errors_by_kind": dict(self.tally.errors_by_kind),
             "status_codes": {

@@ -216,9 +216,6 @@ class EnrichSpider(scrapy.Spider):
         for request in await self.sources.dispatch(orders):
             yield request
 
-    def snapshot(self) -> dict[str, Any]:
-        return self.report.snapshot(getattr(self, "crawler", None))
-
     def _idle(self, spider=None) -> None:
         self.feed.resend_lost(self.crawler.engine)
 
@@ -231,7 +228,7 @@ class EnrichSpider(scrapy.Spider):
             self.feed.finish_unfed(reason)
         except Exception:  # the statistics must still be written
             logger.exception("records never fed to the crawl could not be written")
-        snapshot = self.snapshot()
+        snapshot = self.report.snapshot(self.crawler)
         snapshot["finish_reason"] = reason
         if self.collector is not None:
             snapshot["collected"] = self.collector.close()
