@@ -59,7 +59,8 @@ COMPONENTS: list[tuple[str, str]] = [
     ("extraction (mappings)", r"enrich_crawl/extract/|cssselect/|jsonpath|/regex/|_regex\."),
     (
         "politeness (robots, limiter, scheduler, URL policy)",
-        r"enrich_crawl/crawl/(robots|limiter|scheduler|middlewares|policy|resolver)\.py|protego",
+        r"enrich_crawl/crawl/(robots|host_limiter|downloader|scheduler|policy|dns_resolver)\.py"
+        r"|enrich_crawl/crawl/middlewares/|protego",
     ),
     (
         "crawl state (MongoDB client, compression)",
@@ -67,8 +68,9 @@ COMPONENTS: list[tuple[str, str]] = [
     ),
     (
         "frontier, page cache, outputs",
-        r"enrich_crawl/crawl/(spider|frontier|pagecache|errors|render)\.py|enrich_crawl/(urls|staging)"
-        r"\.py|json/|_json\.|hashlib|sqlite3",
+        r"enrich_crawl/crawl/(spider|feed|sources|extraction|rendering|outcomes|report|tally"
+        r"|frontier|pagecache|errors|render)\.py|enrich_crawl/(urls|staging)\.py"
+        r"|json/|_json\.|hashlib|sqlite3",
     ),
     ("seed shard read", r"pyarrow|enrich_crawl/dataset/"),
     ("floor callback", r"bench/e2e/floor\.py"),
