@@ -165,6 +165,7 @@ def _run_all(cmds: list[list[str]], env: dict[str, str], logs: list[Path]) -> fl
 def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[str, Any]:
     """Both systems, plain and profiled, on `args.records` records of `gen` (default: the
     benchmark's generated web for `args.seed`, `args.hosts`, `args.web_records`)."""
+    from bench.e2e.measure import HostRules, request_stats, select_requests
     from enrich_crawl import config
     from enrich_crawl.crawl.params import WorkerParams
     from enrich_crawl.dataset.load import prepare_dataset
@@ -172,8 +173,6 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
     from enrich_crawl.staging import DatasetStage
     from enrich_crawl.testing.services import ephemeral_mongo
     from enrich_crawl.virtualweb import read_log, running_web
-
-    from bench.e2e.measure import HostRules, request_stats, select_requests
 
     say = lambda msg: print(f"[attribution] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     if gen is None:
@@ -363,9 +362,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         results[f"{system}_ms_per_page"] = round(plain_ms, 3)
         if not args.profile:
             continue
-        results["runs"]["product_profiled"] = {
-            k: v for k, v in profiled.items() if k != "requests"
-        }
+        results["runs"]["product_profiled"] = {k: v for k, v in profiled.items() if k != "requests"}
         own, waiting = attribute(work / f"{system}-profiled.prof")
         busy = sum(own.values())
         results[f"{system}_profiled_busy_s"] = round(busy, 3)
