@@ -1202,15 +1202,15 @@ class EnrichSpider(scrapy.Spider):
             self._finish_unfed(reason)
         except Exception:  # the statistics must still be written
             logger.exception("records never fed to the crawl could not be written")
+        limiter = CrawlContext.of(self.crawler).limiter  # hand back the hosts still held
+        if limiter is not None:
+            await limiter.close()
         snapshot = self.snapshot()
         snapshot["finish_reason"] = reason
         if self.collector is not None:
             snapshot["collected"] = self.collector.close()
         self.out.close()
         self.pages.close()
-        limiter = getattr(self.crawler.engine.downloader, "limiter", None)
-        if limiter is not None:
-            await limiter.close()
         if self.state is not None:
             await self.state.close()
             snapshot["state"] = dict(self.state.stats)
