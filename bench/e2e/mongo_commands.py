@@ -33,7 +33,10 @@ class CommandCounter(monitoring.CommandListener):
         self._dumped_at = 0.0
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.counts[event.command_name] += 1
+        # "update _crawl_hosts": the command and the collection it names, if any
+        target = event.command.get(event.command_name)
+        name = event.command_name
+        self.counts[f"{name} {target}" if isinstance(target, str) else name] += 1
         now = time.monotonic()
         if now - self._dumped_at > DUMP_INTERVAL:
             self._dumped_at = now
@@ -61,7 +64,8 @@ def install(out_dir: Path) -> CommandCounter:
 
 
 def read(out_dir: Path) -> Counter[str]:
-    """Commands by name, summed over the processes that wrote into `out_dir`."""
+    """Commands by name and collection ("find _crawl_robots"), summed over the processes that
+    wrote into `out_dir`."""
     total: Counter[str] = Counter()
     for path in sorted(Path(out_dir).glob("*.json")):
         total.update(json.loads(path.read_text("utf-8"))["commands"])
@@ -74,7 +78,7 @@ HANDSHAKE = frozenset({"hello", "ismaster", "isMaster", "endSessions", "ping"})
 
 def application_commands(counts: Counter[str]) -> int:
     """The commands the application asked for (not the client's own monitoring)."""
-    return sum(n for name, n in counts.items() if name not in HANDSHAKE)
+    return sum(n for name, n in counts.items() if name.split(" ")[0] not in HANDSHAKE)
 
 
 def main(argv: list[str]) -> None:

@@ -22,8 +22,8 @@ MAX_LIMITER_ERRORS = 3  # failed limiter round trips in a row before politeness 
 # end together, a page full of links to new hosts); a hand-back at most RELEASE_WINDOW, or less
 # when a take leaves first. Waiting only ever makes a host's next request later: its `next_at`
 # (answer + delay) was fixed when the answer came.
-TAKE_WINDOW = 0.01
-RELEASE_WINDOW = 0.1
+TAKE_WINDOW = 0.02
+RELEASE_WINDOW = 0.5
 DUPLICATE_KEY = 11000
 
 
