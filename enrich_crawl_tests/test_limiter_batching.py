@@ -142,3 +142,29 @@ def test_a_crawl_hands_back_every_host_it_took(small_fleet):
     violations = politeness_violations(log, web)
     assert set(violations) >= {"disallowed", "robots_not_first", "too_close"}
     assert not any(violations.values()), violations
+
+
+def test_a_take_given_up_on_the_way_is_handed_back(mongo_server, mongo_db_name):
+    """A request given up while its take waits for its batch (the crawl closing, a timeout): the
+    take still leaves, and the host is handed back at once instead of staying leased."""
+
+    async def main() -> tuple[float, dict]:
+        state_a, a = await _open(mongo_server, mongo_db_name, "a")
+        state_b, b = await _open(mongo_server, mongo_db_name, "b")
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(a.acquire("gone.example", 0.2, timeout=5.0), 0.001)
+            await asyncio.sleep(0.2)  # the batch left; the take went through, then back
+            if a.releasing:
+                await asyncio.gather(*list(a.releasing.values()))
+            started = time.monotonic()
+            await b.acquire("gone.example", 0.2, timeout=5.0)  # HostBusy if still leased
+            return time.monotonic() - started, dict(a.stats)
+        finally:
+            for limiter, state in ((a, state_a), (b, state_b)):
+                await limiter.close()
+                await state.close()
+
+    took, stats = asyncio.run(main())
+    assert stats["released"] == 1, stats
+    assert took < 0.5, took

@@ -293,15 +293,34 @@ class HostLimiter:
             {"$set": {"next_at": lease_end, "by": token}},
             upsert=True,
         )
-        return await self._batched(self._takes, host, op, TAKE_WINDOW)
+        write = await self._queue_write(self._takes, host, op, TAKE_WINDOW)
+        try:
+            return await asyncio.shield(write.done)
+        except asyncio.CancelledError:
+            # the request was given up while its take was on the way: if the take went through,
+            # hand the host back as it was (free since `now` at the latest), never keep it leased
+            def give_back(done: asyncio.Future) -> None:
+                if not done.cancelled() and done.exception() is None and done.result():
+                    self.releasing[host] = asyncio.ensure_future(
+                        self._write_release(host, token, now)
+                    )
+
+            write.done.add_done_callback(give_back)
+            raise
 
     async def _batched(self, queue: dict[str, _Write], host: str, op: Any, window: float) -> bool:
+        write = await self._queue_write(queue, host, op, window)
+        return await asyncio.shield(write.done)
+
+    async def _queue_write(
+        self, queue: dict[str, _Write], host: str, op: Any, window: float
+    ) -> _Write:
         earlier = queue.get(host)
         if earlier is not None:  # never two writes of one host in a batch: after that one
             await asyncio.wait([earlier.done])
         write = queue[host] = _Write(op, asyncio.get_running_loop().create_future())
         self._send_within(0.0 if self._closing else window)
-        return await asyncio.shield(write.done)
+        return write
 
     def _send_within(self, window: float) -> None:
         """The pending batch leaves `window` seconds from now at the latest."""
