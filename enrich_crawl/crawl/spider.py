@@ -228,15 +228,15 @@ class EnrichSpider(scrapy.Spider):
             self.feed.finish_unfed(reason)
         except Exception:  # the statistics must still be written
             logger.exception("records never fed to the crawl could not be written")
+        limiter = CrawlContext.of(self.crawler).limiter  # hand back the hosts still held
+        if limiter is not None:
+            await limiter.close()
         snapshot = self.report.snapshot(self.crawler)
         snapshot["finish_reason"] = reason
         if self.collector is not None:
             snapshot["collected"] = self.collector.close()
         self.out.close()
         self.pages.close()
-        context = CrawlContext.of(self.crawler)
-        if context.limiter is not None:
-            await context.limiter.close()
         state = self.sources.state
         if state is not None:
             await state.close()
