@@ -123,8 +123,6 @@ def test_enrich_job_on_two_celery_workers_matches_a_local_run(
         MONGODB_DB="celery_local",
         ENRICH_SHARDS=shards,
     )
-    local = _execute(local_env, tmp_path)
-    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
 
     # -- the distributed run: one PostgreSQL instance and one staging area shared by the
     # orchestrating process and both workers (on several machines: the same dagster.yaml and
@@ -157,6 +155,9 @@ def test_enrich_job_on_two_celery_workers_matches_a_local_run(
         for name in ("worker-a", "worker-b"):
             log = tmp_path / f"{name}.log"
             workers[name] = (_start_worker(name, config, env, log), log)
+        # the local run while the workers start (they only take tasks from the distributed run)
+        local = _execute(local_env, tmp_path)
+        assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
         for process, log in workers.values():
             _wait_ready(log, process)
         distributed = _execute(env, tmp_path, config)
