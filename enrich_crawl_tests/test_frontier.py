@@ -201,9 +201,8 @@ def test_a_shared_page_is_fetched_once_even_after_leaving_memory(
 @pytest.fixture(scope="module")
 def goal_vs_bfs(tmp_path_factory, mongo_server):
     base = tmp_path_factory.mktemp("bfs")
-    # every record its own site, as organisations in a real dataset; the figures compared are per
-    # record, so 8 sites (on both shards) prove what more would
-    web = build_synth_web(base, hosts=8, records_per_host=1, crawl_delay=None, default_delay=0.02)
+    # every record its own site, as organisations in a real dataset
+    web = build_synth_web(base, hosts=16, records_per_host=1, crawl_delay=None, default_delay=0.02)
     results = {}
     with running_web(web.root, log_path=base / "requests.jsonl") as server:
         for strategy in ("goal", "bfs"):
