@@ -33,8 +33,10 @@ class HostBusy(Exception):
 
 def _holder_is_dead(token: Any) -> bool:
     """Whether a limiter token (`<partition>@<hostname>:<pid>:<n>`) names a process of this
-    machine that no longer exists. Tokens of other machines are never judged dead: their leases
-    run out by themselves."""
+    machine that no longer exists, or exited and was not yet reaped by its parent (a zombie: a
+    launcher waiting for its crawl processes one after the other reaps a finished one only when
+    it gets to it). Tokens of other machines are never judged dead: their leases run out by
+    themselves."""
     if not isinstance(token, str):
         return False
     holder, _, rest = token.rpartition("@")
@@ -44,7 +46,14 @@ def _holder_is_dead(token: Any) -> bool:
         return False
     import psutil
 
-    return int(pid) != os.getpid() and not psutil.pid_exists(int(pid))
+    if int(pid) == os.getpid():
+        return False
+    try:
+        return psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # not ours to look at: judged alive, its lease runs out by itself
+        return False
 
 
 @dataclass
