@@ -2,8 +2,8 @@
 
 The takes and hand-backs of a moment leave in one `bulk_write`: a take that finds its host busy
 fails alone (another process still holds it), the others are taken. A crawl that ends hands back
-every host it still holds (answered or not), so that no other process waits for its leases; a
-whole crawl hands back every host it took.
+every host it still holds (answered or not), so that no other process waits for its leases (a
+whole fleet's crawl: test_politeness.py; a holder that died: test_limiter_leases.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import pytest
 
 from enrich_crawl.crawl.host_limiter import HostBusy, HostLimiter
 from enrich_crawl.crawl.state import CrawlState
-from enrich_crawl.testing.synthweb import build_synth_web, politeness_violations, run_workers
-from enrich_crawl.virtualweb import running_web
 
 HOSTS = [f"h{n}.example" for n in range(6)]
 
@@ -109,39 +107,6 @@ def test_close_hands_back_every_host_held(mongo_server, mongo_db_name):
     kept, out, closed = asyncio.run(main())
     assert closed == 2
     assert kept < delay + 0.5 and delay - 0.01 <= out < delay + 0.5, (kept, out)
-
-
-@pytest.fixture(scope="module")
-def small_fleet(tmp_path_factory, mongo_server):
-    base = tmp_path_factory.mktemp("limiter_fleet")
-    web = build_synth_web(
-        base, hosts=8, records_per_host=2, registries=2, crawl_delay=0.2, default_delay=0.3
-    )
-    with running_web(web.root, log_path=base / "requests.jsonl") as server:
-        run = run_workers(
-            web.dataset,
-            web.mappings,
-            base / "work",
-            proxy=server.proxy_url,
-            shards=2,
-            mongo_uri=mongo_server.uri,
-            mongo_db=f"limiter_fleet_{int(time.time() * 1000)}",
-        )
-        log = server.read_log()
-    return web, run, log
-
-
-def test_a_crawl_hands_back_every_host_it_took(small_fleet):
-    web, run, log = small_fleet
-    assert set(run.returncodes.values()) == {0}, run.logs
-    for shard, stats in run.stats.items():
-        limiter = stats["delays"]["limiter"]
-        assert limiter["shared"] and limiter["acquired"] > 0, (shard, limiter)
-        assert limiter["released"] == limiter["acquired"], (shard, limiter)
-        assert limiter.get("errors", 0) == 0, (shard, limiter)
-    violations = politeness_violations(log, web)
-    assert set(violations) >= {"disallowed", "robots_not_first", "too_close"}
-    assert not any(violations.values()), violations
 
 
 def test_a_take_given_up_on_the_way_is_handed_back(mongo_server, mongo_db_name):
