@@ -397,16 +397,19 @@ def checks(results: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[
     name = "fleet" if args.workers > 1 else "crawl_worker"
     out[f"{name}_mongodb_commands_per_page"] = {
         "value": value,
-        "target": f"<= {args.commands_target}" if args.commands_target is not None else None,
-        "ok": args.commands_target is None or value <= args.commands_target,
+        "target": f"<= {args.commands_target}"
+        if args.commands_target is not None
+        else "(information)",
+        "ok": value <= args.commands_target if args.commands_target is not None else None,
     }
     if "ratio_to_paced_floor" in results:
         ratio = results["ratio_to_paced_floor"]
         check = "crawl_worker" if args.workers == 1 else "fleet"
         out[f"{check}_cpu_per_page_vs_paced_floor"] = {
             "value": ratio,
-            "target": "<= 1.3" if args.workers == 1 else None,
-            "ok": ratio <= 1.3 if args.workers == 1 else True,
+            # several workers: as many process start-ups against one floor process, information
+            "target": "<= 1.3" if args.workers == 1 else "(information)",
+            "ok": ratio <= 1.3 if args.workers == 1 else None,
         }
     return out
 
