@@ -55,10 +55,12 @@ def _run_loaded(
     from enrich_crawl.summary import print_summary
 
     try:
-        checked = preflight(spec_path, mappings or config.mappings_dir())
+        checked = preflight(spec_path, mappings or config.mappings_dir(), learn=learn)
     except PreflightError as exc:
         say_error(str(exc))
         return 2
+    for warning in checked.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
     spec, mappings_dir = checked.spec, checked.mappings_dir
     home = ensure_dagster_home()
     sys.stderr.write(

@@ -214,12 +214,15 @@ MAX_FETCH_BYTES = 20 * 1024 * 1024
 
 
 def _fetch(url: str) -> tuple[str, bytes, str | None, int]:
-    """GET url (honours http_proxy/https_proxy, follows redirects); returns (final url, body,
-    content type, status). HTTP error pages are returned too: their status says what happened."""
+    """GET url as the crawler would (its TLS policy: certificates not verified; its proxy:
+    http_proxy for http and https, enrich_crawl.crawl.transport), following redirects; returns
+    (final url, body, content type, status). HTTP error pages are returned too: their status
+    says what happened."""
     import urllib.error
     import urllib.request
 
     from enrich_crawl import config
+    from enrich_crawl.crawl.transport import crawler_opener
 
     request = urllib.request.Request(
         url,
@@ -229,7 +232,7 @@ def _fetch(url: str) -> tuple[str, bytes, str | None, int]:
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with crawler_opener().open(request, timeout=30) as response:
             body = response.read(MAX_FETCH_BYTES)
             return response.geturl(), body, response.headers.get("Content-Type"), response.status
     except urllib.error.HTTPError as exc:
@@ -395,7 +398,11 @@ def add_mapping_parser(sub: argparse._SubParsersAction) -> None:
     test = msub.add_parser("test", help="print the fields and links a mapping extracts, as JSON")
     test.add_argument("mapping", help="mapping JSON file (or a folder: every mapping that matches)")
     source = test.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="fetch this URL (honours http_proxy, follows redirects)")
+    source.add_argument(
+        "--url",
+        help="fetch this URL as the crawl does (http_proxy, certificates not verified; follows "
+        "redirects)",
+    )
     source.add_argument("--file", help="a saved page")
     test.add_argument("--base-url", help="the URL the --file page was fetched from")
     test.add_argument("--fragment", help="value of $fragment (default: the URL's fragment)")

@@ -4,8 +4,10 @@
 table, a misspelt column, a broken mapping or a service that is down is reported at once, in a few
 lines naming the file, key or service and the reason, instead of minutes later as a failed step.
 Checks, in order (the first failure stops): the dataset spec; the source table (exists, readable,
-its id/url columns present); the mappings; PostgreSQL when DAGSTER_PG_* configure the instance;
-MongoDB (MONGODB_URI answering, or the embedded server started); Chromium when a mapping renders.
+its id/url columns present); the mappings (valid, and at least one unless the run learns them);
+PostgreSQL when DAGSTER_PG_* configure the instance; MongoDB (MONGODB_URI answering, or the
+embedded server started); Chromium when a mapping renders. What is worth a look but does not stop
+the run (a field named almost like a column: a typo?) comes back as `warnings`, printed before it.
 
 Plain code: nothing here imports Dagster, Scrapy or Twisted.
 """
@@ -46,6 +48,7 @@ class Preflight:
     mongo_database: str
     seconds: float = 0.0
     checks: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # shown on the terminal before the run
 
 
 def log_file() -> Path:
@@ -148,6 +151,22 @@ def check_mappings(mappings_dir: Path):
         raise PreflightError("mappings", "\n".join(lines)) from None
 
 
+def check_some_mappings(mappings, mappings_dir: Path, spec, *, learn: bool) -> None:
+    """Refuse a crawl that could fill nothing: no mapping file, and no learning to make some."""
+    if len(mappings) or learn or spec.learn:
+        return
+    raise PreflightError(
+        "mappings",
+        f"{mappings_dir}: no mapping files (*.json), so the crawl could fill no field of "
+        f"{spec.name}.\n"
+        "  Write mappings there (docs/mappings.md) or name a folder that has some with "
+        "--mappings, or learn\n"
+        "  them from the values the table already holds: `enrich-crawl run --learn`, set "
+        f"`learn: true` in\n  {spec.path}, or run `enrich-crawl mapping learn --dataset "
+        f"{spec.path} --out DIR` (docs/learning.md).",
+    )
+
+
 def check_postgres() -> str | None:
     """The instance's PostgreSQL answers (when DAGSTER_PG_* are set); returns where it is."""
     try:
@@ -225,13 +244,20 @@ def check_chromium(mappings) -> str | None:
     return path
 
 
-def preflight(spec_path: Path, mappings_dir: Path | None = None) -> Preflight:
-    """Every check, in order; raises PreflightError at the first that fails."""
+def preflight(
+    spec_path: Path, mappings_dir: Path | None = None, *, learn: bool = False
+) -> Preflight:
+    """Every check, in order; raises PreflightError at the first that fails. `learn`: the run
+    learns mappings first (`run --learn`), as the spec's `learn: true` says."""
+    from enrich_crawl.dataset.columns import near_miss_warnings
+
     started = time.monotonic()
     spec = check_spec(Path(spec_path))
-    check_source(spec)
+    columns = check_source(spec)
+    warnings = near_miss_warnings(spec, columns) if columns else []
     mappings_dir = Path(mappings_dir or config.mappings_dir())
     mappings = check_mappings(mappings_dir)
+    check_some_mappings(mappings, mappings_dir, spec, learn=learn)
     checks = ["spec", "source", "mappings"]
     if check_postgres():
         checks.append("postgres")
@@ -247,4 +273,5 @@ def preflight(spec_path: Path, mappings_dir: Path | None = None) -> Preflight:
         mongo_database=database,
         seconds=time.monotonic() - started,
         checks=checks,
+        warnings=warnings,
     )

@@ -271,7 +271,12 @@ def run_enrich_job(
             time.monotonic() - progress.started,
             failure=result.get("failure", ""),
         )
-        outcome.summary = summarize(stage)
+        # `run --learn` or the spec's `learn: true`: the summary says what was learned
+        outcome.summary = summarize(
+            stage,
+            learned=spec.learn if learn is None else learn,
+            started_at=time.time() - outcome.seconds - 1.0,
+        )
         if outcome.run_id:
             try:
                 outcome.checks = failed_checks(instance, outcome.run_id)

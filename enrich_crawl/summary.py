@@ -4,9 +4,11 @@ asset checks, the seed's figures and the counts of enrich_crawl.counts."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from enrich_crawl.home import enrich_crawl_hint
+from enrich_crawl.preflight import first_line
 from enrich_crawl.progress import read_json_or_none
 from enrich_crawl.staging import DatasetStage
 
@@ -123,19 +125,78 @@ def failed_checks(instance: Any, run_id: str) -> list[dict[str, Any]]:
     return list({(c["asset"], c["check"]): c for c in failed}.values())
 
 
-def summarize(stage: DatasetStage) -> dict[str, Any]:
-    """The seed's figures (rows, usable records, rejected), and the staged fallbacks of the
-    run's counts (used only when MongoDB cannot be read: enrich_crawl.counts is the definition)."""
+def summarize(
+    stage: DatasetStage, *, learned: bool = False, started_at: float = 0.0
+) -> dict[str, Any]:
+    """The seed's figures (rows, usable records, rejected and the file that keeps them), what
+    learning wrote when the run learned (`learned`; written since `started_at`, epoch seconds),
+    and the staged fallbacks of the run's counts (used only when MongoDB cannot be read:
+    enrich_crawl.counts is the definition)."""
     summary: dict[str, Any] = {"dataset": stage.dataset}
+    if learned:
+        summary["learned"] = learned_summary(stage.learned_dir, since=started_at)
     manifest = read_json_or_none(stage.seed_manifest)
     if manifest is None:
         return summary
     profile = manifest["profile"]
     summary.update(rows=profile["rows"], records=profile["usable"], rejected=profile["rejected"])
+    if profile["rejected"] and stage.rejected.exists():
+        summary["rejected_file"] = str(stage.rejected)
     from enrich_crawl.counts import pages_fetched
 
     summary["pages"] = pages_fetched(stage.crawl_stats(shard) for shard in manifest["shards"])
     return summary
+
+
+def learned_summary(learned_dir: Path, *, since: float = 0.0) -> dict[str, Any]:
+    """What the run's learning wrote: the folder, its mapping files, the fields they fill (with
+    the mappings filling them) and, per field it could not learn, the report's reason. A report
+    older than `since` is an earlier run's (this one failed before learning): nothing then."""
+    from enrich_crawl.learning.mappings import REPORT_FILE
+    from enrich_crawl.learning.summary import learned_fields, read_learned
+
+    report_path = learned_dir / REPORT_FILE
+    if not report_path.exists() or report_path.stat().st_mtime < since:
+        return {"dir": str(learned_dir), "files": [], "report": "", "fields": {}, "nothing": {}}
+    mappings, report = read_learned(learned_dir)
+    fields = {
+        name: [rule["mapping"] for rule in rules]
+        for name, rules in sorted(learned_fields(mappings).items())
+    }
+    nothing = {
+        name: str(entry.get("why_nothing") or "no rule kept")
+        for name, entry in sorted((report.get("fields") or {}).items())
+        if name not in fields and isinstance(entry, dict)
+    }
+    return {
+        "dir": str(learned_dir),
+        "files": [f"{m.get('name')}.json" for m in mappings],
+        "report": str(learned_dir / REPORT_FILE) if report else "",
+        "fields": fields,
+        "nothing": nothing,
+    }
+
+
+def _learned_lines(learned: dict[str, Any]) -> list[str]:
+    files = learned["files"]
+    if files:
+        # a mapping per site template: name them only while they are few
+        filled = ", ".join(
+            f"{name} ({', '.join(mappings) if len(mappings) <= 2 else f'{len(mappings)} mappings'})"
+            for name, mappings in learned["fields"].items()
+        )
+        lines = [f"{len(files)} mapping file(s) in {learned['dir']}: fields {filled or '-'}"]
+    elif learned["report"]:
+        lines = [f"no mapping (no rule kept above the precision bar), in {learned['dir']}"]
+    else:
+        return ["nothing: the run ended before learning did"]
+    shown = list(learned["nothing"].items())[:3]
+    lines += [f"nothing for {name}: {first_line(why, 120)}" for name, why in shown]
+    if len(learned["nothing"]) > len(shown):
+        lines.append(f"... {len(learned['nothing']) - len(shown)} more field(s) not learned")
+    if learned["report"]:
+        lines.append(f"report {learned['report']}")
+    return lines
 
 
 def print_summary(
@@ -153,10 +214,20 @@ def print_summary(
         verdict = "succeeded, but ERROR check(s) failed"
     out(f"\nenrich_job {verdict}{'  run ' + outcome.run_id if outcome.run_id else ''}\n")
     if "records" in s:
+        where = (
+            f"rows and reasons in {s['rejected_file']}"
+            if s.get("rejected_file")
+            else "reasons in the seed_dataset metadata"
+        )
         out(
             f"  records           {s['records']} usable of {s['rows']} rows "
-            f"({s['rejected']} rejected, reasons in the seed_dataset metadata)\n"
+            f"({s['rejected']} rejected, {where})\n"
         )
+    if "learned" in s:
+        lines = _learned_lines(s["learned"])
+        out(f"  learned           {lines[0]}\n")
+        for line in lines[1:]:
+            out(f"                    {line}\n")
     if counts:
         out(
             "  status            "

@@ -214,7 +214,7 @@ def wait_for_dagster_dev(process: subprocess.Popen, url: str, log: Path, timeout
             if response.status == 200:
                 return
         assert time.monotonic() < deadline, "dagster dev did not come up"
-        time.sleep(1)
+        time.sleep(0.25)
 
 
 def load_json(path: Path):

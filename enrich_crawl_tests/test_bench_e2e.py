@@ -310,6 +310,16 @@ def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny)
     assert results["ratio"] == pytest.approx(sum(results["ratio_by_round"]) / 2, abs=0.001)
     table = attribution.markdown(results)
     assert "| extraction (mappings) |" in table and "**total**" in table
+    # every plain run counted the worker's MongoDB commands (pymongo command monitoring)
+    for counts in results["mongodb_commands_by_round"]:
+        assert counts.get("update _crawl_hosts", 0) > 0 and counts.get("find _crawl_robots", 0) > 0
+    assert 0 < results["mongodb_commands_per_page"] < 5
+    checks = results["checks"]
+    assert (
+        checks["crawl_worker_mongodb_commands_per_page"]["value"]
+        == (results["mongodb_commands_per_page"])
+    )
+    assert checks["politeness_violations"] == {"value": 0, "target": "== 0", "ok": True}
 
 
 def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tmp_path):

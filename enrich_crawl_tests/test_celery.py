@@ -1,6 +1,8 @@
 """Several machines: enrich_job on dagster-celery, Redis as the broker, two Celery worker processes
 sharing one PostgreSQL-backed Dagster instance and one staging area. The crawl steps run on both
-workers, and the results in MongoDB are the same as those of a local (multiprocess) run."""
+workers, and the results in MongoDB are the same as those of a local (multiprocess) run. The local
+run is `dagster job execute` of the bundled demo on the production instance configuration
+(dagster.yaml: dagster-postgres) against a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -112,19 +114,20 @@ def test_enrich_job_on_two_celery_workers_matches_a_local_run(
     postgres_server, redis_server, mongo_server, mongo_client, tmp_path, monkeypatch
 ):
     shards = "4"
-    # -- the local run: multiprocess executor, its own instance, staging and database
+    # -- the local run: multiprocess executor, its own staging and database, on the production
+    # instance configuration (the repository's dagster.yaml: dagster-postgres) against a real
+    # PostgreSQL; ENRICH_DATASET unset: enrich_job runs the bundled demo dataset
     local_home = tmp_path / "local_home"
     local_home.mkdir()
-    (local_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    shutil.copy(REPO / "dagster.yaml", local_home / "dagster.yaml")
     local_env = product_env(
         DAGSTER_HOME=str(local_home),
         ENRICH_WORK_DIR=str(tmp_path / "local_work"),
         MONGODB_URI=mongo_server.uri,
         MONGODB_DB="celery_local",
         ENRICH_SHARDS=shards,
+        **postgres_server.env,
     )
-    local = _execute(local_env, tmp_path)
-    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
 
     # -- the distributed run: one PostgreSQL instance and one staging area shared by the
     # orchestrating process and both workers (on several machines: the same dagster.yaml and
@@ -157,6 +160,18 @@ def test_enrich_job_on_two_celery_workers_matches_a_local_run(
         for name in ("worker-a", "worker-b"):
             log = tmp_path / f"{name}.log"
             workers[name] = (_start_worker(name, config, env, log), log)
+        # the local run while the workers start (they only take tasks from the distributed run)
+        local = _execute(local_env, tmp_path)
+        assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+        with dg.DagsterInstance.from_config(str(local_home)) as instance:
+            (local_run,) = instance.get_runs(limit=1)
+            materialized = instance.get_records_for_run(
+                local_run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            ).records
+        assert local_run.job_name == "enrich_job"
+        assert local_run.status == dg.DagsterRunStatus.SUCCESS
+        # seed_dataset once, and every partitioned asset once per shard
+        assert len(materialized) >= 1 + 3 * int(shards), len(materialized)
         for process, log in workers.values():
             _wait_ready(log, process)
         distributed = _execute(env, tmp_path, config)

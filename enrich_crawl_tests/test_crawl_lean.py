@@ -16,7 +16,7 @@ from scrapy.utils.test import get_crawler
 from enrich_crawl.config import CrawlConfig
 from enrich_crawl.crawl.downloader import PoliteDownloader
 from enrich_crawl.crawl.frontier import Waiter
-from enrich_crawl.crawl.middlewares import (
+from enrich_crawl.crawl.middlewares.lean import (
     CheapMetaRefreshMiddleware,
     LeanDownloaderStats,
     ProxyMiddleware,
@@ -109,13 +109,21 @@ def test_lean_downloader_stats_count_requests_and_statuses():
 @pytest.mark.parametrize(
     "body, encoding, redirected",
     [
-        (b'<html><head><meta http-equiv="Refresh" content="0; url=/next"></head></html>', None, True),
+        (
+            b'<html><head><meta http-equiv="Refresh" content="0; url=/next"></head></html>',
+            None,
+            True,
+        ),
         (b"<html><head><META HTTP-EQUIV=refresh CONTENT='1;URL=/next'></head></html>", None, True),
         (b"<html><head><title>no refresh here</title></head><body>x</body></html>", None, False),
         # refresh mentioned in the text only: Scrapy's own scan decides (no redirect)
         (b"<html><body>press F5 to refresh</body></html>", None, False),
         # UTF-16 has NUL bytes: always Scrapy's path, which decodes it
-        ('<html><head><meta http-equiv="refresh" content="0; url=/next"></head></html>', "utf-16", True),
+        (
+            '<html><head><meta http-equiv="refresh" content="0; url=/next"></head></html>',
+            "utf-16",
+            True,
+        ),
     ],
 )
 def test_meta_refresh_is_followed_exactly_when_scrapy_would(body, encoding, redirected):
@@ -167,7 +175,9 @@ def test_robots_reads_of_a_burst_take_one_database_call(mongo_server, mongo_db_n
         writer = CrawlState(mongo_server.uri, mongo_db_name, worker="w")
         await writer.open()
         for origin in origins[:10]:
-            writer.robots_put(RobotsRules.from_response(origin, 200, b"User-agent: *\nDisallow: /x"))
+            writer.robots_put(
+                RobotsRules.from_response(origin, 200, b"User-agent: *\nDisallow: /x")
+            )
         await writer.close()
 
         reader = CrawlState(mongo_server.uri, mongo_db_name, worker="r")
@@ -244,15 +254,15 @@ def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed
         page.content_hash = "h"
         mapping = mappings.mappings[0]
         waiter = Waiter("R1", "", 0, "http://org.example/", "http://org.example/")
-        assert spider._extract(page, mapping, waiter, {"city"}) == {"city": "Oslo"}
-        entry = spider._extraction(page, mapping, waiter)
+        assert spider.extraction.extract(page, mapping, waiter, {"city"}) == {"city": "Oslo"}
+        entry = spider.extraction.extraction(page, mapping, waiter)
         assert entry.tried == {"city"} and entry.links is None
         # another record on the same page wants more: only the new fields run
         other = Waiter("R2", "", 0, "http://org.example/", "http://org.example/")
-        got = spider._extract(page, mapping, other, {"city", "founded", "unknown_field"})
+        got = spider.extraction.extract(page, mapping, other, {"city", "founded", "unknown_field"})
         assert got == {"city": "Oslo", "founded": 1999}
         assert entry.tried == {"city", "founded"}
-        assert spider._links(page, mapping, waiter) == ["http://org.example/about"]
+        assert spider.extraction.links(page, mapping, waiter) == ["http://org.example/about"]
         assert entry.links == ["http://org.example/about"]
     finally:
         spider.out.close()

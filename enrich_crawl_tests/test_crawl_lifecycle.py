@@ -176,7 +176,7 @@ def test_the_crawls_warnings_and_errors_reach_the_dagster_run_log_bounded(tmp_pa
             messages = [e.user_message for e in instance.all_logs(result.run_id)]
     skipped = [m for m in messages if m.startswith("[") and "mapping skipped" in m]
     assert len(skipped) == 5, messages
-    assert any("[enrich_crawl.crawl.spider]" in m and "crawl idle" in m for m in messages)
+    assert any("[enrich_crawl.crawl.feed]" in m and "crawl idle" in m for m in messages)
     (summary,) = [m for m in messages if m.startswith("crawl log:")]
     assert "7 error" in summary and "1 warning" in summary and "2 not forwarded" in summary
     assert json.loads((out_dir / "stats.json").read_text())["outcomes"] == {"resolved": 2}

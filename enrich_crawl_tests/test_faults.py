@@ -201,8 +201,10 @@ def test_a_step_process_killed_abruptly_leaves_no_crawl_behind_and_the_run_ends(
     tmp_path, mongo_server, mongo_db_name, dagster_home
 ):
     name = f"step_{uuid.uuid4().hex[:6]}"
+    # 6 s of crawling per shard: s00 is still crawling when its step is killed (after 2 pages),
+    # and the run waits on s01's crawl to its end
     built = build_polite_dataset(
-        tmp_path / "polite", shards=2, records_per_host=20, crawl_delay=0.5, name=name
+        tmp_path / "polite", shards=2, records_per_host=12, crawl_delay=0.5, name=name
     )
     work = tmp_path / "work"
     env = _run_env(mongo_server, mongo_db_name, dagster_home, work, ENRICH_CRAWL_RETRIES="0")

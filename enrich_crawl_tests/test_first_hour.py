@@ -3,7 +3,11 @@
 command the summary prints, from a third: the UI (driven in Chromium) lists both runs, the two
 runs shared one embedded MongoDB, and the counts of the summary equal those of the UI and of
 MongoDB. In the clone's root, `dagster dev` serves the definitions and `dagster job execute` runs
-`enrich_job` on the same home."""
+`enrich_job` on the same home.
+
+The demo's run is also the walking skeleton's end-to-end proof (the documents equal the demo's
+ground truth, every value carries its lineage), and `dagster job execute` re-runs the demo on the
+same database: re-running duplicates no document and no history entry."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import dagster as dg
 import pymongo
 import pytest
 
+from enrich_crawl.demo.check import compare, expected
 from enrich_crawl_tests.conftest import REPO, product_env, wait_for_dagster_dev
 
 pytestmark = [pytest.mark.slow]
@@ -56,6 +61,7 @@ class FirstHour:
         self.env = env
         self.home = root / "xdg" / "enrich_crawl"
         self.outputs: dict[str, subprocess.CompletedProcess] = {}
+        self.demo_documents: dict[str, dict] = {}  # demo_orgs as the demo left it
 
     def cli(self, folder: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
         folder.mkdir(parents=True, exist_ok=True)
@@ -67,6 +73,22 @@ class FirstHour:
             text=True,
             timeout=timeout,
         )
+
+
+def _demo_documents(demo_output: str) -> dict[str, dict]:
+    """The demo's documents, read from the embedded MongoDB the demo's summary names."""
+    port = re.search(r"mongodb://127\.0\.0\.1:(\d+)/", demo_output).group(1)
+    client = pymongo.MongoClient(f"mongodb://127.0.0.1:{port}/?directConnection=true")
+    try:
+        return {d["_id"]: d for d in client["enrich_crawl"]["demo_orgs"].find()}
+    finally:
+        client.close()
+
+
+def _history_counts(documents: dict[str, dict]) -> dict[str, dict[str, int]]:
+    return {
+        rid: {k: len(v) for k, v in d.get("history", {}).items()} for rid, d in documents.items()
+    }
 
 
 def _run_id(output: str) -> str:
@@ -90,6 +112,8 @@ def first_hour(tmp_path_factory):
     hour = FirstHour(root, clone, env)
     try:
         hour.outputs["demo"] = hour.cli(root / "folder_a", "demo")
+        if hour.outputs["demo"].returncode == 0:
+            hour.demo_documents = _demo_documents(hour.outputs["demo"].stdout)
         # the user's own dataset, in a folder of its own (the demo's table and web, renamed)
         data = root / "folder_b"
         data.mkdir()
@@ -121,6 +145,57 @@ def test_both_runs_succeed_in_one_home_with_one_embedded_mongodb(first_hour):
     assert {_run_id(demo.stdout), _run_id(run.stdout)} <= ids
     for folder in ("folder_a", "folder_b"):
         assert not (first_hour.root / folder / ".dagster_home").exists()
+
+
+def test_the_demo_matches_its_ground_truth_and_every_value_has_its_lineage(first_hour):
+    output = first_hour.outputs["demo"].stdout
+    assert first_hour.outputs["demo"].returncode == 0, output + first_hour.outputs["demo"].stderr
+    assert "enrich_job succeeded" in output
+    for label in (
+        "records",
+        "fields resolved",
+        "pages fetched",
+        "pages/resolved",
+        "errors by kind",
+        "time",
+    ):
+        assert label in output, f"summary lacks {label!r}:\n{output}"
+    docs = first_hour.demo_documents
+    problems = compare(docs)
+    assert not problems, "\n".join(problems)
+    # every value the crawl filled carries its lineage (docs/results.md)
+    filled = 0
+    for doc in docs.values():
+        assert set(doc) >= {
+            "_id",
+            "data",
+            "original",
+            "lineage",
+            "status",
+            "missing",
+            "errors",
+            "updated_at",
+        }
+        for name, entry in doc["lineage"].items():
+            filled += 1
+            assert doc["data"][name] == entry["value"]
+            for key in (
+                "value",
+                "previous",
+                "source_url",
+                "mapping",
+                "depth",
+                "fetched_at",
+                "http_status",
+                "run_id",
+                "partition",
+            ):
+                assert key in entry, f"{doc['_id']}.lineage.{name} lacks {key}"
+            assert entry["partition"] in ("s00", "s01")
+            assert entry["source_url"].startswith("http")
+    assert filled > 200
+    unresolved = [d for d in docs.values() if d["status"] == "unresolved"]
+    assert unresolved and all(d["errors"] for d in unresolved)
 
 
 def _summary_counts(output: str) -> dict:
@@ -243,8 +318,25 @@ def test_dagster_commands_in_the_project_root_use_the_same_home(first_hour):
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     with dg.DagsterInstance.from_config(str(first_hour.home)) as instance:
         runs = instance.get_runs()
+        merged = [
+            {k: v.value for k, v in r.asset_materialization.metadata.items()}
+            for r in instance.get_records_for_run(
+                runs[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            ).records
+            if r.asset_materialization.asset_key == dg.AssetKey("enriched_records")
+        ]
     assert sum(1 for r in runs if r.job_name == "enrich_job") >= 3  # demo, run, job execute
     assert runs[0].status == dg.DagsterRunStatus.SUCCESS
+    # the job re-ran the demo (the default dataset) on the demo's database: re-running never
+    # duplicates a document or a history entry, and the documents still equal the ground truth
+    assert merged and all(
+        (m["database"], m["collection"]) == ("enrich_crawl", "demo_orgs") for m in merged
+    ), merged
+    before = first_hour.demo_documents
+    again = _demo_documents(first_hour.outputs["demo"].stdout)
+    assert len(again) == len(before) == len(expected()["records"])
+    assert _history_counts(again) == _history_counts(before)
+    assert not compare(again)
     select = ["-m", "enrich_crawl.definitions", "--select", "seed_dataset"]
     materialize = subprocess.run(
         [sys.executable, "-m", "dagster", "asset", "materialize", *select],

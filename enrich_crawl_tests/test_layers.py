@@ -80,3 +80,49 @@ def test_the_environment_is_read_only_in_config():
     }
     assert reads == {}
     assert _environment_reads(PACKAGE / "config.py")  # the scan does see reads
+
+
+# the spider's rooms, lowest first: each imports only rooms before it, and none the spider
+SPIDER_ROOMS = ["tally", "outcomes", "extraction", "rendering", "sources", "feed", "report"]
+
+
+def test_the_spider_rooms_import_one_another_one_way():
+    crawl = PACKAGE / "crawl"
+    arrows = {}
+    for index, room in enumerate(SPIDER_ROOMS):
+        imported = _imported_modules(crawl / f"{room}.py")
+        later = [*SPIDER_ROOMS[index + 1 :], "spider"]
+        arrows[room] = sorted(m for m in later if f"enrich_crawl.crawl.{m}" in imported)
+    assert {room: later for room, later in arrows.items() if later} == {}
+    spider = _imported_modules(crawl / "spider.py")
+    assert all(f"enrich_crawl.crawl.{room}" in spider for room in SPIDER_ROOMS[1:])
+
+
+def test_crawl_components_never_reach_through_the_spider():
+    """The scheduler, downloader, middlewares and the spider's rooms find what they share in
+    CrawlContext (crawl/context.py), never as `crawler.spider` or `getattr(spider, ...)`; only the
+    worker, which runs the crawl, reads the finished spider's statistics."""
+    crawl = PACKAGE / "crawl"
+    reaches = {}
+    for path in crawl.rglob("*.py"):
+        if path.name == "worker.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        lines = [
+            node.lineno
+            for node in ast.walk(tree)
+            if (isinstance(node, ast.Attribute) and node.attr == "spider")
+            or (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "getattr"
+                and node.args
+                and ast.unparse(node.args[0]) == "spider"
+            )
+        ]
+        if lines:
+            reaches[str(path.relative_to(PACKAGE))] = lines
+    assert reaches == {}
+    assert any(
+        isinstance(node, ast.Attribute) and node.attr == "spider"
+        for node in ast.walk(ast.parse((crawl / "worker.py").read_text(encoding="utf-8")))
+    )  # the scan does see such a reach

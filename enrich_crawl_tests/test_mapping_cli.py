@@ -221,3 +221,35 @@ def test_test_fetches_through_the_proxy_and_follows_redirects(tmp_path):
     }
     assert "redirected to http://api.registry.example/v1/orgs/ORG-001.json" in proc.stderr
     assert gone.returncode == 0 and "answered HTTP 404" in gone.stderr
+
+
+def test_test_reads_an_https_page_as_the_crawl_does(tmp_path):
+    """The virtual web answers https:// through CONNECT with certificates of its own CA, which
+    nothing trusts, as many real sites' chains are not: the crawl reads such pages (Scrapy does not
+    verify certificates) and `mapping test --url` must too; and like the crawl it sends https://
+    through `http_proxy` when that is the only proxy set."""
+    from enrich_crawl.virtualweb import running_web
+
+    site = tmp_path / "web" / "api.registry.example" / "v1" / "orgs"
+    site.mkdir(parents=True)
+    (site / "ORG-001.json").write_bytes(
+        (DEMO_WEB / "api.registry.example" / "v1" / "orgs" / "ORG-001.json").read_bytes()
+    )
+    url = "https://api.registry.example/v1/orgs/ORG-001.json"
+    with running_web(tmp_path / "web") as web:
+        # http_proxy alone (the crawl sends https:// through it too), then https_proxy as well
+        runs = [
+            run_cli(["mapping", "test", "mappings", "--url", url], env, REPO, timeout=120)
+            for env in (product_env(http_proxy=web.proxy_url), product_env(**web.proxy_env()))
+        ]
+        tunnelled = [e for e in web.read_log() if e.get("tls") and e.get("method") == "GET"]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == {
+            "mappings": ["demo_registry_api"],
+            "fields": {"open_source": False, "last_release": "2025-03-03"},
+            "links": [],
+        }
+        assert proc.stderr == ""
+    # through the proxy's TLS tunnel, not around it
+    assert [e["path"] for e in tunnelled] == ["/v1/orgs/ORG-001.json"] * 2, tunnelled

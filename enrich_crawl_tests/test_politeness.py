@@ -194,3 +194,13 @@ def test_limiter_keeps_politeness_when_the_database_is_unreachable(tmp_path: Pat
 
     waited, shared = asyncio.run(main())
     assert waited == 0.0 and shared is False
+
+
+def test_every_worker_hands_back_every_host_it_took(fleet_crawl):
+    """A crawl that ends hands back the hosts it still holds: no other process waits for them."""
+    _web, run, _log = fleet_crawl
+    for shard, stats in run.stats.items():
+        limiter = stats["delays"]["limiter"]
+        assert limiter["acquired"] > 0, (shard, limiter)
+        assert limiter["released"] == limiter["acquired"], (shard, limiter)
+        assert limiter.get("errors", 0) == 0, (shard, limiter)

@@ -198,3 +198,75 @@ def test_a_garbage_url_column_completes_and_the_summary_shows_the_failed_check(
     assert any("seed_data_quality" in line and "ERROR" in line for line in check), out
     assert any("invalid URL rate" in line for line in check), out
     assert result.returncode == 3
+
+
+def test_an_empty_mappings_folder_is_refused_unless_the_run_learns(
+    tmp_path, mongo_server, monkeypatch
+):
+    """A crawl without mappings could fill nothing: the run is refused before it starts, naming
+    the folder and the ways out; with learning on (`--learn`, `learn: true`) it is fine."""
+    from enrich_crawl.preflight import PreflightError, preflight
+
+    spec = _dataset(tmp_path / "data")
+    empty = tmp_path / "data" / "empty_mappings"
+    empty.mkdir()
+    # what learning writes beside its mappings is no mapping
+    (empty / "learn-report.json").write_text("{}", encoding="utf-8")
+    env = product_env(MONGODB_URI=mongo_server.uri, XDG_DATA_HOME=str(tmp_path / "xdg"))
+    started = time.monotonic()
+    result = run_cli(
+        ["run", "--dataset", str(spec), "--mappings", str(empty)], env, tmp_path, timeout=60
+    )
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert result.returncode == 2, lines
+    assert time.monotonic() - started < 30
+    assert "Traceback" not in result.stderr + result.stdout, lines
+    assert 1 <= len(lines) <= 5, lines
+    assert lines[0].startswith(f"enrich-crawl: {empty}: no mapping files (*.json)"), lines
+    said = " ".join(line.strip() for line in lines)
+    for way in (
+        "--mappings",
+        "`enrich-crawl run --learn`",
+        f"`learn: true` in {spec}",
+        f"`enrich-crawl mapping learn --dataset {spec} --out DIR`",
+    ):
+        assert way in said, (way, lines)
+    assert not list((tmp_path / "xdg").rglob("crawl/*/stats.json"))
+
+    # learning on: the same folder passes (the learned mappings will fill the fields)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with pytest.raises(PreflightError) as refused:
+        preflight(spec, empty)
+    assert refused.value.check == "mappings"
+    assert preflight(spec, empty, learn=True).checks[:3] == ["spec", "source", "mappings"]
+    learning = _dataset(
+        tmp_path / "learning",
+        "name: t\nsource: t.csv\nid: id\nurls: [url]\nlearn: true\nfields:\n  city: {}\n",
+    )
+    assert preflight(learning, empty).mappings_dir == empty
+
+
+def test_the_preflight_warns_of_a_field_named_almost_like_a_column(
+    tmp_path, mongo_server, monkeypatch
+):
+    """`citty` beside a `city` column is most likely a typo: the preflight says so (the run goes
+    on: a new column to fill is legitimate; the CLI prints it before the run, see
+    test_run_summary.py), and `new: true` on the field silences it."""
+    from enrich_crawl.preflight import preflight
+
+    head = "name: t\nsource: t.csv\nid: id\nurls: [url]\nfields:\n  city: {}\n"
+    data = tmp_path / "data"
+    spec = _dataset(data, head + "  citty: {}\n  category: {}\n")
+    folder = _mappings(data)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("MONGODB_URI", mongo_server.uri)
+    # `category` is far from every column: a new column, no warning
+    assert preflight(spec, folder).warnings == [
+        f"{spec}: fields.citty: 'citty' is not a column of t.csv (did you mean 'city'?); it is "
+        "filled as a new column (write `citty: {new: true}` under `fields` to say it is meant)"
+    ]
+    spec.write_text(head + "  citty: {new: true}\n  category: {}\n", encoding="utf-8")
+    assert preflight(spec, folder).warnings == []

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e import generate as gen_mod
+from bench.e2e import mongo_commands
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_UA_PREFIX = "enrich_crawl/"
@@ -59,7 +60,8 @@ COMPONENTS: list[tuple[str, str]] = [
     ("extraction (mappings)", r"enrich_crawl/extract/|cssselect/|jsonpath|/regex/|_regex\."),
     (
         "politeness (robots, limiter, scheduler, URL policy)",
-        r"enrich_crawl/crawl/(robots|limiter|scheduler|middlewares|policy|resolver)\.py|protego",
+        r"enrich_crawl/crawl/(robots|host_limiter|downloader|scheduler|policy|dns_resolver)\.py"
+        r"|enrich_crawl/crawl/middlewares/|protego",
     ),
     (
         "crawl state (MongoDB client, compression)",
@@ -67,8 +69,9 @@ COMPONENTS: list[tuple[str, str]] = [
     ),
     (
         "frontier, page cache, outputs",
-        r"enrich_crawl/crawl/(spider|frontier|pagecache|errors|render)\.py|enrich_crawl/(urls|staging)"
-        r"\.py|json/|_json\.|hashlib|sqlite3",
+        r"enrich_crawl/crawl/(spider|feed|sources|extraction|rendering|outcomes|report|tally"
+        r"|frontier|pagecache|errors|render)\.py|enrich_crawl/(urls|staging)\.py"
+        r"|json/|_json\.|hashlib|sqlite3",
     ),
     ("seed shard read", r"pyarrow|enrich_crawl/dataset/"),
     ("floor callback", r"bench/e2e/floor\.py"),
@@ -145,15 +148,26 @@ def _cpu_of_children() -> float:
 
 def _run(cmd: list[str], env: dict[str, str], log: Path) -> float:
     """CPU seconds (user+sys) of a command run to its end."""
+    return _run_all([cmd], env, [log])
+
+
+def _run_all(cmds: list[list[str]], env: dict[str, str], logs: list[Path]) -> float:
+    """CPU seconds (user+sys) of commands run at once, each to its end."""
     before = _cpu_of_children()
-    with open(log, "w", encoding="utf-8") as out:
-        subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+    procs = []
+    for cmd, log in zip(cmds, logs, strict=True):
+        with open(log, "w", encoding="utf-8") as out:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+    codes = [proc.wait() for proc in procs]
+    if any(codes):
+        raise subprocess.CalledProcessError(max(codes), cmds[codes.index(max(codes))])
     return _cpu_of_children() - before
 
 
 def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[str, Any]:
     """Both systems, plain and profiled, on `args.records` records of `gen` (default: the
     benchmark's generated web for `args.seed`, `args.hosts`, `args.web_records`)."""
+    from bench.e2e.measure import HostRules, request_stats, select_requests
     from enrich_crawl import config
     from enrich_crawl.crawl.params import WorkerParams
     from enrich_crawl.dataset.load import prepare_dataset
@@ -197,51 +211,80 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         "runs": {},
     }
 
+    shards = [f"s{n:02d}" for n in range(args.workers)]
+    if args.workers > 1:  # the fleet: one worker per shard, all at once, one database
+        stage = DatasetStage(work / "stage-fleet", spec.name)
+        prepare_dataset(spec, stage, shards)
+
     def crawl(tag: str, web: Any, profiled: bool) -> dict[str, Any]:
-        prof = ["-m", "cProfile", "-o", str(work / f"product-{tag}.prof")] if profiled else []
+        # plain runs count their MongoDB commands (pymongo command monitoring in each worker)
+        counts_dir = work / f"mongo-commands-{tag}"
+        runner = (
+            ["-m", "cProfile", "-o", str(work / f"product-{tag}.prof")]
+            if profiled
+            else ["-m", "bench.e2e.mongo_commands", str(counts_dir)]
+        )
         with ephemeral_mongo() as mongo:  # a fresh database: nothing reused from a run before
-            params = WorkerParams(
-                dataset=spec.name,
-                partition="s00",
-                seed_path=str(stage.seed_shard("s00")),
-                out_dir=str(work / f"crawl-{tag}"),
-                mappings_dir=str(spec_path.parent / "mappings"),
-                field_types=spec.field_types(),
-                crawl=spec.crawl.to_dict(),
-                run_id=f"attribution-{tag}",
-                user_agent=config.user_agent(),
-                proxy=web.proxy_url,
-                mongo_uri=mongo.uri,
-                mongo_db="attribution",
-                log_level="WARNING",
-            )
-            params_path = work / f"params-{tag}.json"
-            params_path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
-            say(f"crawl worker ({tag}) on {args.records} records ...")
+            commands = []
+            for shard in shards:
+                params = WorkerParams(
+                    dataset=spec.name,
+                    partition=shard,
+                    seed_path=str(stage.seed_shard(shard)),
+                    out_dir=str(work / f"crawl-{tag}" / shard),
+                    mappings_dir=str(spec_path.parent / "mappings"),
+                    field_types=spec.field_types(),
+                    crawl=spec.crawl.to_dict(),
+                    run_id=f"attribution-{tag}",
+                    user_agent=config.user_agent(),
+                    proxy=web.proxy_url,
+                    mongo_uri=mongo.uri,
+                    mongo_db="attribution",
+                    log_level="WARNING",
+                )
+                params_path = work / f"params-{tag}-{shard}.json"
+                params_path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
+                module = ["-m"] if profiled else []
+                commands.append(
+                    [sys.executable, *runner, *module, "enrich_crawl.crawl.worker",
+                     "--params", str(params_path)]
+                )  # fmt: skip
+            say(f"crawl worker ({tag}) x{len(shards)} on {args.records} records ...")
             started = time.time()
-            cpu = _run(
-                [sys.executable, *prof, "-m", "enrich_crawl.crawl.worker",
-                 "--params", str(params_path)],
-                env, work / f"product-{tag}.log",
-            )  # fmt: skip
+            cpu = _run_all(commands, env, [work / f"product-{tag}-{s}.log" for s in shards])
             ended = time.time()
-        stats = json.loads((work / f"crawl-{tag}" / "stats.json").read_text("utf-8"))
+        pages = 0
+        outcomes: Counter[str] = Counter()
+        for shard in shards:
+            stats = json.loads((work / f"crawl-{tag}" / shard / "stats.json").read_text("utf-8"))
+            pages += stats["pages"]
+            outcomes.update(stats.get("outcomes") or {})
         requests = [
             f"{'https' if e.get('tls') else 'http'}://{e['host']}{e['path']}"
             for e in read_log(web.log_path)
             if e.get("ua", "").startswith(PRODUCT_UA_PREFIX) and started - 1 <= e["t"] <= ended
         ]
-        return {
+        run = {
             "cpu_s": round(cpu, 3),
-            "pages": stats["pages"],
+            "pages": pages,
             "requests": requests,
             "wall_s": round(ended - started, 1),
-            "outcomes": stats.get("outcomes"),
+            "outcomes": dict(outcomes),
+            "started": started,
+            "ended": ended,
         }
+        if not profiled:
+            by_name = mongo_commands.read(counts_dir)
+            run["mongodb_commands"] = dict(sorted(by_name.items()))
+            run["mongodb_commands_per_page"] = round(
+                mongo_commands.application_commands(by_name) / max(pages, 1), 4
+            )
+        return run
 
     # with --polite, a polite bare crawler too (information): the floor paced by each host's
     # Crawl-delay (else the spec's default delay), one request at a time per host
     delays_file = gen.write_delays(work / "delays.json", spec.crawl.default_delay)
+    audit_delay = spec.crawl.default_delay
 
     def floor(tag: str, web: Any, url_file: Path, profiled: bool, paced: bool = False) -> float:
         prof = ["-m", "cProfile", "-o", str(work / f"floor-{tag}.prof")] if profiled else []
@@ -274,8 +317,21 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
                 paced_cpu = floor(f"plain{n}", web, url_file, profiled=False, paced=True)
                 rounds[-1]["paced_floor_cpu_s"] = round(paced_cpu, 3)
                 rounds[-1]["ratio_to_paced_floor"] = round(product["cpu_s"] / paced_cpu, 3)
-        profiled = crawl("profiled", web, profiled=True)
-        floor("profiled", web, work / "urls-0.txt", profiled=True)
+            entries = select_requests(
+                read_log(web.log_path),
+                ua_prefix=PRODUCT_UA_PREFIX,
+                t0=product["started"] - 1,
+                t1=product["ended"] + 1,
+            )
+            audit = request_stats(
+                entries, HostRules(web_root, gen.hosts()), default_delay=audit_delay
+            )
+            rounds[-1]["politeness_violations"] = audit["violations"]
+            rounds[-1]["violations_by_kind"] = audit["violations_by_kind"]
+            rounds[-1]["min_gap_over_delay"] = audit["min_gap_over_delay"]
+        if args.profile:
+            profiled = crawl("profiled", web, profiled=True)
+            floor("profiled", web, work / "urls-0.txt", profiled=True)
     results["rounds_detail"] = rounds
     median = statistics.median
     pages = rounds[0]["pages"]
@@ -297,15 +353,20 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         results["ratio_to_paced_floor"] = round(
             median(r["ratio_to_paced_floor"] for r in rounds), 3
         )
-    results["runs"]["product_profiled"] = {k: v for k, v in profiled.items() if k != "requests"}
     results["ratio_by_round"] = [r["ratio"] for r in rounds]
-
+    results["workers"] = args.workers
+    results["mongodb_commands_per_page"] = median(r["mongodb_commands_per_page"] for r in rounds)
+    results["mongodb_commands_by_round"] = [r["mongodb_commands"] for r in rounds]
+    results["politeness_violations"] = sum(r["politeness_violations"] for r in rounds)
     rows: dict[str, dict[str, float]] = {}
     for system in ("product", "floor"):
-        own, waiting = attribute(work / f"{system}-profiled.prof")
-        busy = sum(own.values())
         plain_ms = median(results["runs"][f"{system}_plain"]["ms_per_page_by_round"])
         results[f"{system}_ms_per_page"] = round(plain_ms, 3)
+        if not args.profile:
+            continue
+        results["runs"]["product_profiled"] = {k: v for k, v in profiled.items() if k != "requests"}
+        own, waiting = attribute(work / f"{system}-profiled.prof")
+        busy = sum(own.values())
         results[f"{system}_profiled_busy_s"] = round(busy, 3)
         results[f"{system}_profiled_waiting_s"] = round(waiting, 3)
         for name, seconds in own.items():
@@ -315,17 +376,49 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
     results["components_ms_per_page"] = rows
     # the median of the paired ratios: each round's product and floor ran back to back
     results["ratio"] = round(median(results["ratio_by_round"]), 3)
+    results["checks"] = checks(results, args)
     results["work_dir"] = str(work)
     if not args.keep:
         shutil.rmtree(work / "stage", ignore_errors=True)
     return results
 
 
+def checks(results: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The run's checks: politeness, MongoDB commands per page (`--commands-target`) and, for one
+    polite worker, its CPU per page against the paced floor (issue #21: <= 1.3)."""
+    out: dict[str, dict[str, Any]] = {
+        "politeness_violations": {
+            "value": results["politeness_violations"],
+            "target": "== 0",
+            "ok": results["politeness_violations"] == 0,
+        }
+    }
+    value = results["mongodb_commands_per_page"]
+    name = "fleet" if args.workers > 1 else "crawl_worker"
+    out[f"{name}_mongodb_commands_per_page"] = {
+        "value": value,
+        "target": f"<= {args.commands_target}"
+        if args.commands_target is not None
+        else "(information)",
+        "ok": value <= args.commands_target if args.commands_target is not None else None,
+    }
+    if "ratio_to_paced_floor" in results:
+        ratio = results["ratio_to_paced_floor"]
+        check = "crawl_worker" if args.workers == 1 else "fleet"
+        out[f"{check}_cpu_per_page_vs_paced_floor"] = {
+            "value": ratio,
+            # several workers: as many process start-ups against one floor process, information
+            "target": "<= 1.3" if args.workers == 1 else "(information)",
+            "ok": ratio <= 1.3 if args.workers == 1 else None,
+        }
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     rows = results["components_ms_per_page"]
     order = [name for name, _ in COMPONENTS] + ["other"]
     lines = [
-        f"One crawl worker on {results['records']} records"
+        f"{results.get('workers', 1)} crawl worker(s) at once on {results['records']} records"
         f"{' of the family ' + results['family'] if results.get('family') else ''} "
         f"({'the web with its delays' if results['polite'] else 'the web without delays'}), "
         f"{results['runs']['product_plain']['pages']:,} pages; the floor on the same "
@@ -348,6 +441,12 @@ def markdown(results: dict[str, Any]) -> str:
         f"**{results['floor_ms_per_page']:.2f}** | "
         f"**{results['product_ms_per_page'] - results['floor_ms_per_page']:+.2f}** |"
     )
+    lines += [
+        "",
+        f"MongoDB commands per page (pymongo command monitoring, client monitoring excluded): "
+        f"{results['mongodb_commands_per_page']:.3f}; politeness violations "
+        f"{results['politeness_violations']}.",
+    ]
     if "paced_floor_ms_per_page" in results:
         lines += [
             "",
@@ -372,6 +471,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="only records of this family of the generated dataset (its truth.jsonl: directory, "
         "shared, brand, site, pydocs = the Python docs host)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="crawl workers at once on shards of the records, one database (the fleet; >1: no "
+        "profiled run)",
+    )
+    parser.add_argument(
+        "--no-profile", dest="profile", action="store_false", help="plain runs only"
+    )
+    parser.add_argument(
+        "--commands-target", type=float, help="the check of MongoDB commands per page (<=)"
+    )
+    parser.add_argument("--tag", help="a suffix of the results' file names (before, after ...)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--hosts", type=int, default=1000, help="hosts of the generated web")
     parser.add_argument(
@@ -391,11 +504,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.workers > 1:
+        args.profile = False  # one profile per process: the attribution is one worker's
     results = run(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     name = (
         f"attribution-{dt.date.today().isoformat()}{'-polite' if args.polite else ''}"
         f"{'-' + args.family if args.family else ''}"
+        f"{f'-fleet{args.workers}' if args.workers > 1 else ''}{'-' + args.tag if args.tag else ''}"
     )
     (args.results_dir / f"{name}.json").write_text(json.dumps(results, indent=1), "utf-8")
     text = markdown(results)

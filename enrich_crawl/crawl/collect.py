@@ -22,8 +22,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
+
+if TYPE_CHECKING:
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.extract.page import Page
 
 PAGES_FILE = "pages.jsonl"
 BODIES_DIR = "bodies"
@@ -107,11 +111,11 @@ class PageCollector:
         self.stats = {"pages": 0, "bodies": 0, "body_bytes": 0, "links_offered": 0}
 
     @classmethod
-    def for_params(cls, params: Any) -> PageCollector | None:
-        config = CollectConfig.from_dict(getattr(params, "collect", None))
+    def for_params(cls, params: WorkerParams) -> PageCollector | None:
+        config = CollectConfig.from_dict(params.collect)
         return None if config is None else cls(Path(params.out_dir), config)
 
-    def keep(self, record: str, page: Any, *, fragment: str, depth: int) -> None:
+    def keep(self, record: str, page: Page, *, fragment: str, depth: int) -> None:
         """Record that `record` reached `page` (with the record URL's fragment) at `depth`."""
         body = page.body
         if not body or page.known_useless:
@@ -135,13 +139,13 @@ class PageCollector:
             "fragment": fragment,
             "depth": depth,
             "status": page.status,
-            "content_type": getattr(page, "_header", None),
+            "content_type": page._header,
             "body": digest,
             "fetched_at": page.fetched_at,
         }
         self.lines.write(json.dumps(line, ensure_ascii=False) + "\n")
 
-    def links(self, page: Any, allowed: Any) -> list[str]:
+    def links(self, page: Page, allowed: Any) -> list[str]:
         """Up to `links_per_page` links of `page` to other pages of its own host that
         `allowed(url)` accepts (the crawl's URL policy): first those whose URL or text names a
         sought field, then those to the pages about the entity itself (ENTITY_PAGE_WORDS), then
@@ -150,7 +154,7 @@ class PageCollector:
         not to a blog's tag views."""
         from enrich_crawl.urls import normalise_link, page_key
 
-        tree = getattr(page, "tree", None)
+        tree = page.tree
         if self.config.links_per_page <= 0 or tree is None or not hasattr(tree, "xpath"):
             return []
         site = _site(page.url)

@@ -5,7 +5,8 @@ them asks `CrawlContext.of(crawler)` for the one context of the crawl (made on f
 Scrapy's own components find each other with `crawler.get_extension`). The crawl's configuration
 is parsed into it once from the ENRICH_CRAWL_CONFIG setting (as scrapy-playwright's
 Config.from_settings); the spider fills in what it opens: the run's page cache, the persistent
-state and the shared limiter once the database answers, and the goal test of its frontier.
+state and the shared limiter once the database answers, and the goal test of its frontier; the
+browser's handler registers its statistics when pages render.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class CrawlContext:
     unwanted: Callable[[Request], bool] | None = None
     # whether a URL is one the crawl asked for itself (a record's seed or a followed link)
     claims: Callable[[str], bool] | None = None
+    # whether the scheduler drops a request nobody waits for (it then drops its page's waits)
+    discard: Callable[[Request], bool] | None = None
+    # the browser's statistics (render_handler.RenderDownloadHandler.snapshot), when pages render
+    browser_snapshot: Callable[[], dict[str, Any]] | None = None
 
     @classmethod
     def of(cls, crawler: Crawler) -> CrawlContext:
@@ -49,3 +54,9 @@ class CrawlContext:
 
     def is_unwanted(self, request: Request) -> bool:
         return self.unwanted is not None and self.unwanted(request)
+
+
+def crawl_config(crawler: Crawler) -> CrawlConfig:
+    """The crawl's configuration, parsed once per crawler (CrawlContext): the one source every
+    component reads; no other setting repeats a field of it."""
+    return CrawlContext.of(crawler).config

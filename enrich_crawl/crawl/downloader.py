@@ -65,6 +65,53 @@ def _open_only(put: Any) -> Any:
     return put_open
 
 
+# headers in which proxies say why they did not open a tunnel (the virtual web, Squid)
+PROXY_ERROR_HEADERS = (b"x-proxy-error", b"x-squid-error")
+
+
+def _proxy_error(head: bytes) -> str:
+    """The proxy's own word for a failed CONNECT (`dns`, `ERR_DNS_FAIL 0` ...), from the headers
+    of its answer; "" when it gives none."""
+    for line in bytes(head).split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() in PROXY_ERROR_HEADERS:
+            return value.strip().decode("latin-1")
+    return ""
+
+
+def _tunnel_errors_say_why() -> None:
+    """Scrapy's TunnelError keeps the status line of a proxy's refusal to CONNECT and drops its
+    headers, which say why (an unknown host, a refused connection): without them an https host
+    whose name does not resolve failed as `error`, where the same host over http is `dns`. The
+    tunnelling endpoint's answer parser is wrapped so that the error it raises names the proxy's
+    error header (errors.reason_for_exception reads it)."""
+    from scrapy.core.downloader.handlers import http11
+
+    endpoint = http11._TunnelingTCP4ClientEndpoint
+    original = endpoint.processProxyResponse
+    if getattr(original, "enrich_says_why", False):
+        return
+
+    def process_proxy_response(self: Any, data: bytes) -> None:
+        head = bytes(self._connectBuffer) + data
+        cause = _proxy_error(head) if b"\r\n\r\n" in head else ""
+        if cause:
+            deferred = self._tunnelReadyDeferred
+            errback = deferred.errback
+
+            def errback_saying_why(fail: Any = None) -> None:
+                value = getattr(fail, "value", fail)
+                if isinstance(value, http11.TunnelError):
+                    fail = http11.TunnelError(f"{value} (proxy error: {cause})")
+                errback(fail)
+
+            deferred.errback = errback_saying_why
+        original(self, data)
+
+    process_proxy_response.enrich_says_why = True  # type: ignore[attr-defined]
+    endpoint.processProxyResponse = process_proxy_response
+
+
 class _LimitedHandlers:
     """The download handlers, with the limiter around every download."""
 
@@ -113,6 +160,7 @@ class _LimitedHandlers:
 class PoliteDownloader(Downloader):
     def __init__(self, crawler: Crawler):
         super().__init__(crawler)
+        _tunnel_errors_say_why()
         self.context = CrawlContext.of(crawler)
         self.handlers = _LimitedHandlers(self.handlers, self)  # type: ignore[assignment]
         self.sent = 0

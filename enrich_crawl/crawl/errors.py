@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadCancelledError,
@@ -46,6 +47,9 @@ _CONNECTION = (
     ResponseFailed,
     ConnectionError,
     DownloadFailedError,
+    # the proxy would not open a tunnel to the host; why is in its error header, which the
+    # downloader adds to the message ("(proxy error: dns)"): read below like any connection error
+    TunnelError,
 )
 
 

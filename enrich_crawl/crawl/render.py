@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from enrich_crawl.crawl.errors import Refused
-from enrich_crawl.crawl.middlewares import UrlPolicyMiddleware
+from enrich_crawl.crawl.middlewares.guards import UrlPolicyMiddleware
 
 if TYPE_CHECKING:
     from enrich_crawl.extract.mapping import Mapping

@@ -7,8 +7,8 @@ and the Playwright driver and Chromium start at the first page actually rendered
 A render request is an ordinary Scrapy request: it leaves the PoliteScheduler when its host is
 ready, passes the URL policy and robots.txt, and the PoliteDownloader holds the host (its slot and
 the shared limiter) from before the render to its end; the host's delay counts from the end of the
-render. What the browser asks for while it renders goes through `SubresourceGate`, a route handler
-on every page; the browser itself never reaches the network:
+render. What the browser asks for while it renders goes through `SubresourceGate`
+(subresources.py), a route handler on every page; the browser itself never reaches the network:
 
 - the document: answered from the static fetch (`auto`, or the answer this handler fetched for a
   `js` request through the crawler's HTTP stack), never fetched twice;
@@ -36,11 +36,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
@@ -50,51 +48,32 @@ from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddlewa
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Headers, HtmlResponse
-from scrapy.http.request import NO_CALLBACK
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 from scrapy_playwright.page import PageMethod
 
-from enrich_crawl.crawl.errors import Refused, reason_for_exception
-from enrich_crawl.crawl.middlewares import RobotsMiddleware, crawl_config
+from enrich_crawl.crawl.context import CrawlContext, crawl_config
+from enrich_crawl.crawl.middlewares.politeness import RobotsMiddleware
 from enrich_crawl.crawl.policy import UrlPolicy
+from enrich_crawl.crawl.process_tree import tree_memory
 from enrich_crawl.crawl.render import (
-    ABANDONED,
     DOCUMENT,
     FETCHED,
     RENDER,
     RENDERED_FLAG,
-    SUBRESOURCE,
     WAIT_FOR,
     Document,
     RenderConfig,
 )
-from enrich_crawl.crawl.robots import origin_of
-from enrich_crawl.dataset.shard import registrable_domain
+from enrich_crawl.crawl.subresources import GATE, ScriptCache, SubresourceGate
 from enrich_crawl.extract.page import Page
 
 if TYPE_CHECKING:
     from playwright.async_api import Page as BrowserPage
-    from playwright.async_api import Request as BrowserRequest
-    from playwright.async_api import Route
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
 
-GATE = "enrich_render_gate"  # request meta: the SubresourceGate of this render
-# resource types never fetched for a render: they cannot change the DOM's text
-BLOCKED_TYPES = frozenset(
-    {"image", "font", "media", "stylesheet", "manifest", "texttrack", "eventsource", "ping"}
-)
-# response headers not passed on to the browser (the body is decoded, cookies are off)
-_DROPPED_HEADERS = frozenset(
-    {"content-encoding", "content-length", "transfer-encoding", "connection", "set-cookie"}
-)
-_ACCEPT = {
-    "script": "*/*",
-    "fetch": "application/json,text/plain,*/*;q=0.8",
-    "xhr": "application/json,text/plain,*/*;q=0.8",
-}
 _SCROLL = "() => window.scrollTo(0, document.documentElement.scrollHeight)"
 
 
@@ -137,315 +116,6 @@ def _is_crash(exc: BaseException) -> bool:
     )
 
 
-# -- memory of the process tree ------------------------------------------------------------------
-
-
-def _children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    return children
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and all its descendants (Linux /proc)."""
-    children = _children()
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(children.get(current, ()))
-    return tree
-
-
-def tree_memory(pid: int | None = None) -> dict[str, float]:
-    """RSS summed over the process tree of `pid` (this process by default: the crawl, the
-    Playwright driver and every Chromium process), and PSS (shared pages counted once), in total
-    and by part: `crawl` (the root process), `driver` (Playwright's node), `browser` (Chromium)."""
-    root = pid or os.getpid()
-    rss = 0
-    pss = {"crawl": 0, "driver": 0, "browser": 0}
-    pids = process_tree(root)
-    page_size = os.sysconf("SC_PAGE_SIZE")
-    for proc in pids:
-        try:
-            with open(f"/proc/{proc}/statm", encoding="ascii") as handle:
-                rss += int(handle.read().split()[1]) * page_size
-            with open(f"/proc/{proc}/comm", encoding="ascii", errors="replace") as handle:
-                comm = handle.read().strip()
-            part = "crawl" if proc == root else "driver" if comm.startswith("node") else "browser"
-            with open(f"/proc/{proc}/smaps_rollup", encoding="ascii") as handle:
-                for line in handle:
-                    if line.startswith("Pss:"):
-                        pss[part] += int(line.split()[1]) * 1024
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-    mb = 1024 * 1024
-    out = {
-        "rss_mb": round(rss / mb, 1),
-        "pss_mb": round(sum(pss.values()) / mb, 1),
-        "processes": len(pids),
-    }
-    out.update({f"{part}_pss_mb": round(value / mb, 1) for part, value in pss.items()})
-    return out
-
-
-# -- the scripts of a run ---------------------------------------------------------------------
-
-
-class ScriptCache:
-    """Scripts by URL, least recently used dropped beyond `max_bytes`."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.entries: OrderedDict[str, tuple[int, dict[str, str], bytes]] = OrderedDict()
-
-    def get(self, url: str) -> tuple[int, dict[str, str], bytes] | None:
-        entry = self.entries.get(url)
-        if entry is not None:
-            self.entries.move_to_end(url)
-        return entry
-
-    def put(self, url: str, status: int, headers: dict[str, str], body: bytes) -> None:
-        if status != 200 or len(body) > self.max_bytes // 4 or url in self.entries:
-            return
-        self.entries[url] = (status, headers, body)
-        self.bytes += len(body)
-        while self.bytes > self.max_bytes and self.entries:
-            _, (_, _, old) = self.entries.popitem(last=False)
-            self.bytes -= len(old)
-
-
-# -- what the browser may fetch ------------------------------------------------------------------
-
-
-def _host(url: str) -> str:
-    try:
-        return (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return ""
-
-
-def _browser_headers(headers: Headers) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, values in headers.items():
-        key = name.decode("latin-1")
-        if key.lower() in _DROPPED_HEADERS or not values:
-            continue
-        out[key] = ", ".join(v.decode("latin-1") for v in values)
-    return out
-
-
-class SubresourceGate:
-    """The route handler of one rendered page (see the module docstring for the rules)."""
-
-    def __init__(self, handler: RenderDownloadHandler, request: Request, document: Document):
-        self.handler = handler
-        self.request = request
-        self.document = document
-        self.host = _host(document.url)
-        self.site = registrable_domain(self.host)
-        self.page: BrowserPage | None = None
-        self.document_served = False
-        self.fetched = 0
-        self.latencies: list[float] = []
-        self.created = time.monotonic()
-        # the render's time counts from its page's navigation (`install`), not from the wait for
-        # a browser context and a page before it (a new context can wait for a retiring one to
-        # close, behind a page that hangs: a whole render timeout)
-        self.navigated: float | None = None
-        self.navigation = asyncio.Event()  # set by `install`: the render's own clock starts
-        self.deadline = self.created + handler.render_config.timeout
-        self.polite: list[Request] = []  # requests sent through the crawler's downloader
-        self.closed = False
-        self.inflight = 0  # requests of the page being answered (the gate sees all of them)
-        self.last_activity = time.monotonic()
-
-    async def install(self, page: BrowserPage) -> None:
-        self.page = page
-        self.navigated = time.monotonic()
-        self.deadline = self.navigated + self.handler.render_config.timeout
-        self.navigation.set()
-        handler = self.handler
-        handler.page_wait_max = max(handler.page_wait_max, self.navigated - self.created)
-        await page.route("**", self.handle)
-        # web sockets are answered by nobody (a mocked socket that never connects)
-        await page.route_web_socket("**", self._no_socket)
-
-    def _no_socket(self, socket: Any) -> None:
-        self.handler.count("subresources/aborted/websocket")
-
-    async def handle(self, route: Route, request: BrowserRequest) -> None:
-        self.inflight += 1
-        self.last_activity = time.monotonic()
-        try:
-            await self._handle(route, request)
-        except Exception as exc:  # the page went away meanwhile, or a fetch failed oddly
-            self.handler.count("subresources/failed")
-            logger.debug("subresource %s of %s: %s", request.url, self.document.url, exc)
-            with contextlib.suppress(Exception):
-                await route.abort("failed")
-        finally:
-            self.inflight -= 1
-            self.last_activity = time.monotonic()
-
-    def quiet_for(self) -> float:
-        """Seconds since the page's network went quiet (0 while a request is being answered)."""
-        return 0.0 if self.inflight else time.monotonic() - self.last_activity
-
-    async def _abort(self, route: Route, what: str, error: str = "blockedbyclient") -> None:
-        self.handler.count(f"subresources/{what}")
-        await route.abort(error)
-
-    async def _handle(self, route: Route, request: BrowserRequest) -> None:
-        main_frame = request.frame.parent_frame is None if request.frame else True
-        if request.is_navigation_request():
-            if main_frame and not self.document_served:
-                self.document_served = True
-                await route.fulfill(
-                    status=self.document.status,
-                    headers={"Content-Type": self.document.content_type},
-                    body=self.document.body,
-                )
-                return
-            # iframes, and script redirects of the page: a render is one page
-            kind = "navigation" if main_frame else "frame"
-            await self._abort(route, f"aborted/{kind}")
-            return
-        if self.closed:  # the render is over (a crash, a timeout): nothing more for this page
-            await self._abort(route, "aborted/late", "aborted")
-            return
-        rtype = request.resource_type
-        if rtype in BLOCKED_TYPES:
-            await self._abort(route, f"aborted/{rtype}")
-            return
-        url = request.url
-        if request.method not in ("GET", "HEAD"):
-            await self._abort(route, "aborted/method")
-            return
-        verdict = self.handler.check(url)
-        if verdict is not None:
-            await self._abort(route, f"refused/{verdict}")
-            return
-        host = _host(url)
-        same_host = host == self.host
-        third_party = not same_host and registrable_domain(host) != self.site
-        if third_party and not self.handler.render_config.third_party:
-            await self._abort(route, "aborted/third_party")
-            return
-        if rtype == "script":
-            cached = self.handler.scripts.get(url)
-            if cached is not None:
-                self.handler.count("subresources/cached")
-                status, headers, body = cached
-                await route.fulfill(status=status, headers=headers, body=body)
-                return
-        if self.fetched >= self.handler.render_config.max_subresources:
-            await self._abort(route, "aborted/over_budget")
-            return
-        left = self.deadline - time.monotonic()
-        if left < 0.5:
-            await self._abort(route, "aborted/late", "timedout")
-            return
-        self.fetched += 1
-        if same_host:
-            response = await self._fetch_same_host(url, rtype, request.method, left)
-        else:
-            response = await self._fetch_polite(url, rtype, request.method, left)
-        if response is None:
-            await route.abort("failed")
-            return
-        headers = _browser_headers(response.headers)
-        self.handler.count("subresources/bytes", len(response.body))
-        if rtype == "script":
-            self.handler.scripts.put(url, response.status, headers, response.body)
-        await route.fulfill(status=response.status, headers=headers, body=response.body)
-
-    def _request(self, url: str, rtype: str, method: str, left: float, **meta: Any) -> Request:
-        timeout = max(0.5, min(left, self.handler.download_timeout))
-        return Request(
-            url,
-            method=method,
-            headers={"Accept": _ACCEPT.get(rtype, "*/*"), "Referer": self.document.url},
-            meta={"download_timeout": timeout, "dont_retry": True, **meta},
-            callback=NO_CALLBACK,
-            dont_filter=True,
-        )
-
-    async def _fetch_same_host(
-        self, url: str, rtype: str, method: str, left: float
-    ) -> Response | None:
-        """Within the visit: the PoliteDownloader holds this host for the render, so the request
-        goes straight to the HTTP handler (the host's slot is this render's), one at a time."""
-        handler = self.handler
-        rules = handler.robots.rules.get(origin_of(url)) if handler.robots else None
-        if rules is None:  # another scheme or port of the host, never checked: not now
-            handler.count("subresources/refused/robots_unknown")
-            return None
-        if not rules.allowed(url, handler.user_agent):
-            handler.count("subresources/refused/robots")
-            return None
-        request = self._request(url, rtype, method, left)
-        request.headers["User-Agent"] = handler.user_agent
-        if handler.proxies is not None:
-            handler.proxies.process_request(request)
-        # one at a time per host, across pages: a crashed page's fetch may still be running when
-        # its retry starts
-        async with handler.host_lock(self.host):
-            if self.closed:
-                handler.count("subresources/aborted/late")
-                return None
-            started = time.monotonic()
-            try:
-                response = await HTTP11DownloadHandler.download_request(handler, request)
-            except Exception as exc:
-                handler.count(f"subresources/failed/{reason_for_exception(exc, request)}")
-                return None
-            self.latencies.append(time.monotonic() - started)
-        handler.count("subresources/same_host")
-        return response
-
-    async def _fetch_polite(self, url: str, rtype: str, method: str, left: float):
-        """Another host: the whole polite path (robots.txt first, its delay, the shared limiter),
-        given up (and never sent, if still waiting) when the render's time runs out."""
-        handler = self.handler
-        request = self._request(url, rtype, method, left, **{SUBRESOURCE: True})
-        self.polite.append(request)
-        task = asyncio.ensure_future(handler.crawler.engine.download_async(request))
-        task.add_done_callback(_consume)
-        try:
-            response = await asyncio.wait_for(asyncio.shield(task), left)
-        except asyncio.TimeoutError:
-            request.meta[ABANDONED] = True
-            handler.count("subresources/abandoned")
-            return None
-        except Refused as exc:
-            handler.count(f"subresources/refused/{exc.reason}")
-            return None
-        except Exception as exc:
-            handler.count(f"subresources/failed/{reason_for_exception(exc, request)}")
-            return None
-        handler.count("subresources/other_host")
-        return response
-
-    def abandon(self) -> None:
-        """The render is over: requests still waiting for their host are not sent."""
-        self.closed = True
-        for request in self.polite:
-            request.meta[ABANDONED] = True
-
-
 def _percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -455,11 +125,6 @@ def _percentiles(values: list[float]) -> dict[str, float]:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": round(ordered[-1], 3)}
-
-
-def _consume(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 async def settle(
@@ -555,6 +220,7 @@ class RenderDownloadHandler(ScrapyPlaywrightDownloadHandler):
             "locale": "en-US",
         }
         crawler.enrich_render = self  # type: ignore[attr-defined]
+        CrawlContext.of(crawler).browser_snapshot = self.snapshot  # read by the crawl's report
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RenderDownloadHandler:

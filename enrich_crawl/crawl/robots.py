@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 MAX_ROBOTS_BYTES = 500 * 1024
+ROBOTS_FETCH = "robots_fetch"  # request meta of robots.txt requests
 UNREACHABLE_TTL = 30 * 60.0  # seconds a 5xx/unreachable verdict is cached across runs
 
 

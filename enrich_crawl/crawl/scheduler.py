@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
 
+from enrich_crawl.crawl.context import CrawlContext
+
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
@@ -67,8 +69,8 @@ class PoliteScheduler(BaseScheduler):
     # -- BaseScheduler ---------------------------------------------------------------------------
 
     def open(self, spider: Spider) -> None:
-        # the spider may veto requests when they come up (records done meanwhile)
-        self.discard = getattr(spider, "discard_request", None)
+        # the feed may veto requests when they come up (records done meanwhile)
+        self.discard = CrawlContext.of(self.crawler).discard
 
     def close(self, reason: str) -> None:
         if self._wakeup is not None:

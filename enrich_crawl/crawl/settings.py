@@ -16,9 +16,10 @@ from typing import Any
 
 from enrich_crawl.config import CrawlConfig
 from enrich_crawl.crawl.params import WorkerParams
+from enrich_crawl.crawl.transport import TLS_CIPHERS, VERIFY_CERTIFICATES
 
 _CRAWL = "enrich_crawl.crawl"
-_MW = f"{_CRAWL}.middlewares"
+_MW = f"{_CRAWL}.middlewares"  # guards, politeness, retry, lean
 
 # transient failures only: DNS failures (CannotResolveHostError) are not retried
 RETRY_EXCEPTIONS = [
@@ -51,7 +52,7 @@ def build_settings(params: WorkerParams, *, render: bool = False) -> dict[str, A
             )
         )
         middlewares = settings["DOWNLOADER_MIDDLEWARES"]
-        middlewares[f"{_MW}.UrlPolicyMiddleware"] = None
+        middlewares[f"{_MW}.guards.UrlPolicyMiddleware"] = None
         middlewares[f"{_CRAWL}.render.RenderUrlPolicyMiddleware"] = 60
     return settings
 
@@ -80,6 +81,10 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         "DOWNLOAD_TIMEOUT": config.download_timeout,
         "DOWNLOAD_MAXSIZE": config.max_page_bytes,
         "DOWNLOAD_WARNSIZE": 0,
+        # Scrapy's defaults, named here because `mapping test` fetches with the same policy
+        # outside Scrapy (enrich_crawl.crawl.transport)
+        "DOWNLOAD_VERIFY_CERTIFICATES": VERIFY_CERTIFICATES,
+        "DOWNLOADER_CLIENT_TLS_CIPHERS": TLS_CIPHERS,
         "RETRY_ENABLED": config.retries > 0,
         "RETRY_TIMES": config.retries,
         "RETRY_HTTP_CODES": [500, 502, 503, 504, 522, 524, 408, 429],
@@ -109,23 +114,23 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
         },
         "CLOSESPIDER_TIMEOUT": config.time_budget_seconds or 0,
         "DOWNLOADER_MIDDLEWARES": {
-            f"{_MW}.GoalMiddleware": 50,
-            f"{_MW}.UrlPolicyMiddleware": 60,
-            f"{_MW}.RobotsMiddleware": 100,
+            f"{_MW}.guards.GoalMiddleware": 50,
+            f"{_MW}.guards.UrlPolicyMiddleware": 60,
+            f"{_MW}.politeness.RobotsMiddleware": 100,
             "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
             "scrapy.downloadermiddlewares.offsite.OffsiteMiddleware": None,
             "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
-            f"{_MW}.BackoffRetryMiddleware": 550,
+            f"{_MW}.retry.BackoffRetryMiddleware": 550,
             # Scrapy's own, minus per-request work a crawl worker does not need (see their
             # docstrings): the same priorities
             "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware": None,
-            f"{_MW}.CheapMetaRefreshMiddleware": 580,
+            f"{_MW}.lean.CheapMetaRefreshMiddleware": 580,
             "scrapy.downloadermiddlewares.httpproxy.HttpProxyMiddleware": None,
-            f"{_MW}.ProxyMiddleware": 750,
+            f"{_MW}.lean.ProxyMiddleware": 750,
             "scrapy.downloadermiddlewares.stats.DownloaderStats": None,
-            f"{_MW}.LeanDownloaderStats": 850,
+            f"{_MW}.lean.LeanDownloaderStats": 850,
             # above RedirectMiddleware (600): sees a 3xx before it is followed
-            f"{_MW}.RedirectLoopMiddleware": 650,
+            f"{_MW}.guards.RedirectLoopMiddleware": 650,
         },
         # only the Scrapy extensions a crawl worker uses: the others (telnet, memory usage, feed
         # export, log stats, job state, AutoThrottle, remote control, core stats) would each be
@@ -136,10 +141,10 @@ def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]
             "scrapy.extensions.closespider.CloseSpider": 0,
         },
         "EXTENSIONS": {
-            f"{_MW}.Throttle": 0,
-            f"{_MW}.DownloadGuard": 0,
+            f"{_MW}.politeness.Throttle": 0,
+            f"{_MW}.guards.DownloadGuard": 0,
         },
-        "LOG_FORMATTER": f"{_MW}.QuietLogFormatter",
+        "LOG_FORMATTER": f"{_MW}.lean.QuietLogFormatter",
         "ENRICH_PROXY": params.proxy or "",
         "ENRICH_ALLOW_PRIVATE": params.allow_private,
         "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",

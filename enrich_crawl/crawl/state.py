@@ -78,11 +78,13 @@ PERMANENT_FAILURES = frozenset(
     {"http_404", "http_410", "too_large", "not_text", "redirect_loop", "invalid_url"}
 )
 # writes are batched: every database call costs the crawl process ~0.3 ms of CPU (pymongo's
-# asyncio client), whatever the batch holds. Pages and origins wait up to FLUSH_INTERVAL (this
-# process sees its own queued pages meanwhile); robots.txt verdicts, which other processes are
-# about to need, leave within ROBOTS_FLUSH_DELAY
-FLUSH_INTERVAL = 2.0
-ROBOTS_FLUSH_DELAY = 0.1
+# asyncio client), whatever the batch holds. Pages and origins wait up to FLUSH_INTERVAL, or until
+# FLUSH_BATCH pages are queued (this process sees its own queued pages meanwhile; a killed process
+# loses at most those, which the next run fetches again); robots.txt verdicts, which other
+# processes may need, leave within ROBOTS_FLUSH_DELAY, all those of that second in one write (a
+# process that asks before then fetches robots.txt itself, through the limiter like any request)
+FLUSH_INTERVAL = 5.0
+ROBOTS_FLUSH_DELAY = 1.0
 FLUSH_BATCH = 200
 
 
@@ -260,7 +262,8 @@ class CrawlState:
         self._flusher: asyncio.Task | None = None
         self._soon: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()  # background flushes and reads
-        self._robots_reads = ByIdReads(self, ROBOTS)
+        # a new host's verdict waits up to 50 ms for those of the other hosts met meanwhile
+        self._robots_reads = ByIdReads(self, ROBOTS, window=0.05)
         self._flush_lock: asyncio.Lock | None = None
         self._write_error_logged = False
         # pages the database could not take (it went away mid-crawl) go to a file here, and the
@@ -349,6 +352,7 @@ class CrawlState:
             for name, ops in self.pending.items():
                 while ops and only in (None, name):
                     batch, ops[:] = ops[:FLUSH_BATCH], ops[FLUSH_BATCH:]
+                    self.stats[f"batches/{name}"] += 1
                     try:
                         await self.db[name].bulk_write(batch, ordered=False)
                         self.stats[f"writes/{name}"] += len(batch)
@@ -556,6 +560,8 @@ class CrawlState:
         op = UpdateOne({"_id": doc["_id"]}, {"$set": fields}, upsert=True)
         self._queue(PAGES, op)
         self.unflushed[doc["_id"]] = (op, {**fields, "_id": doc["_id"]})
+        if len(self.pending[PAGES]) >= FLUSH_BATCH and self.db is not None:
+            self._background(self.flush(PAGES))  # a full batch need not wait for the interval
 
     # -- records already resolved ----------------------------------------------------------------
 

@@ -23,6 +23,45 @@ from enrich_crawl.crawl.params import WorkerParams
 
 RUN_LOG_PROGRESS_SECONDS = 60.0  # at most one progress line a minute in the Dagster run's log
 
+# Scrapy's start-up and shutdown boilerplate, the same for every crawl: its versions and the
+# reactor (scrapy.utils.log), "Overridden settings" (scrapy.crawler: only that one, its "Received
+# SIGINT, shutting down" lines say something), the enabled extensions, middlewares, pipelines and
+# add-ons (scrapy.middleware, scrapy.addons), telnet, the closing stats dump (stats.json and the
+# step's metadata hold the crawl's figures). Below WARNING these are left out of the terminal and
+# of the step's captured log; the loggers' warnings and errors stay.
+SCRAPY_BOILERPLATE: dict[str, tuple[str, ...] | None] = {  # logger -> message prefixes (None: all)
+    "scrapy.utils.log": None,
+    "scrapy.crawler": ("Overridden settings",),
+    "scrapy.middleware": None,
+    "scrapy.addons": None,
+    "scrapy.extensions.telnet": None,
+    "scrapy.statscollectors": None,
+}
+
+
+class _Boilerplate(logging.Filter):
+    """Drops a logger's records below WARNING whose message starts with one of `prefixes`
+    (all of them when None)."""
+
+    def __init__(self, prefixes: tuple[str, ...] | None):
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        return self.prefixes is not None and not str(record.msg).startswith(self.prefixes)
+
+
+def quiet_scrapy_boilerplate() -> None:
+    """Keep Scrapy's boilerplate INFO lines out of the crawl's log (SCRAPY_BOILERPLATE). A filter
+    on each logger, not a level: Scrapy's logging set-up (CrawlerProcess) resets the levels of
+    scrapy.* loggers, and logs the versions before a level could be set again."""
+    for name, prefixes in SCRAPY_BOILERPLATE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Boilerplate) for f in logger.filters):
+            logger.addFilter(_Boilerplate(prefixes))
+
 
 def run_crawl(
     params: WorkerParams, progress: Callable[[dict[str, Any]], None] | None = None
@@ -52,6 +91,7 @@ def run_crawl(
     for error in mappings.errors:
         logging.getLogger(__name__).error("mapping skipped: %s", error)
     Path(params.out_dir).mkdir(parents=True, exist_ok=True)
+    quiet_scrapy_boilerplate()
     # the browser handler only when some mapping renders (js/auto): static crawls never load it
     process = CrawlerProcess(build_settings(params, render=needs_browser(mappings)))
     # a retry that gives up is recorded as the URL's reason; Scrapy's ERROR line adds nothing

@@ -45,3 +45,14 @@ def near_miss_fields(spec: DatasetSpec, columns: list[str]) -> dict[str, str]:
         if meant is not None:
             near[name] = meant
     return near
+
+
+def near_miss_warnings(spec: DatasetSpec, columns: list[str]) -> list[str]:
+    """One line per near-miss field (near_miss_fields): what the load logs and the preflight
+    prints on the terminal before a run, in the same words."""
+    return [
+        f"{spec.path}: fields.{name}: {name!r} is not a column of {spec.source.name} (did you mean "
+        f"{column!r}?); it is filled as a new column (write `{name}: {{new: true}}` under "
+        "`fields` to say it is meant)"
+        for name, column in near_miss_fields(spec, columns).items()
+    ]

@@ -29,7 +29,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from enrich_crawl.dataset.clean import ChunkCleaner, CleanChunk
-from enrich_crawl.dataset.columns import DatasetError, check_columns, near_miss_fields
+from enrich_crawl.dataset.columns import (
+    DatasetError,
+    check_columns,
+    near_miss_fields,
+    near_miss_warnings,
+)
 from enrich_crawl.dataset.profile import TYPE_ERROR_SAMPLE, FieldProfile, Profile
 from enrich_crawl.dataset.read import BATCH_ROWS, RawBatch, ReadError, open_reader
 from enrich_crawl.dataset.seedfile import read_seed_shard
@@ -176,17 +181,8 @@ class ShardWriters:
 
 def _warn_near_misses(spec: DatasetSpec, columns: list[str], profile: Profile) -> None:
     profile.near_miss_fields = near_miss_fields(spec, columns)
-    for name, column in profile.near_miss_fields.items():
-        logger.warning(
-            "%s: fields.%s: %r is not a column of %s (did you mean %r?); it is filled as a new "
-            "column (write `%s: {new: true}` under `fields` to say it is meant)",
-            spec.path,
-            name,
-            name,
-            spec.source.name,
-            column,
-            name,
-        )
+    for line in near_miss_warnings(spec, columns):
+        logger.warning("%s", line)
 
 
 def default_workers() -> int:
