@@ -781,12 +781,22 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
     paced = rows.get("cpu_floor_paced")
     if product and paced:
         # what crawling at the pace of politeness costs the same bare spider, beside the product
-        check(
-            "cpu_per_page_vs_paced_floor",
-            _ratio(product["cpu_ms_per_page"], paced["cpu_ms_per_page"]),
-            "(information: the floor crawling politely)",
-            None,
+        # issue #21: the full pipeline <= 1.5x, the crawl workers alone <= 1.3x the paced floor
+        full = _ratio(product["cpu_ms_per_page"], paced["cpu_ms_per_page"])
+        check("cpu_per_page_vs_paced_floor", full, "<= 1.5", full is not None and full <= 1.5)
+        workers = (
+            next(s for s in systems if s.name == "product")
+            .metrics.get("cpu_by_role_s", {})
+            .get("crawl_worker")
         )
+        if workers and product["pages"]:
+            alone = _ratio(workers / product["pages"] * 1000, paced["cpu_ms_per_page"])
+            check(
+                "crawl_worker_cpu_per_page_vs_paced_floor",
+                alone,
+                "<= 1.3",
+                alone is not None and alone <= 1.3,
+            )
         if floor:
             check(
                 "paced_floor_vs_floor",
