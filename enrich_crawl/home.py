@@ -90,6 +90,31 @@ def ensure_dagster_home(*, initialise: bool = True) -> Path:
     return home
 
 
+# the level of the Dagster log lines a run's step processes write on the terminal of `enrich-crawl
+# run` when the home's dagster.yaml sets none (the one written here sets the same)
+RUN_PYTHON_LOG_LEVEL = "INFO"
+
+
+def open_run_instance(home: Path):
+    """The instance of `home` as `enrich-crawl run` opens it to execute a run (a
+    DagsterInstance, to be closed): a dagster.yaml that sets no `python_logs: python_log_level`
+    (the repository's, one copied from it, a minimal one) gets RUN_PYTHON_LOG_LEVEL.
+
+    Without it, Dagster gives each step process a console logger at DEBUG of its own, outside the
+    run config's loggers, and its engine events (`STEP_WORKER_STARTED ... Executing step in
+    subprocess`) reach the terminal whatever `-v` says. The events themselves are stored either
+    way (the run's log in the UI has them); a level the file sets is kept."""
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    ref = InstanceRef.from_dir(str(home))
+    python_logs = dict(ref.settings.get("python_logs") or {})
+    if not python_logs.get("python_log_level"):
+        python_logs["python_log_level"] = RUN_PYTHON_LOG_LEVEL
+        ref = ref._replace(settings={**ref.settings, "python_logs": python_logs})
+    return DagsterInstance.from_ref(ref)
+
+
 def enrich_crawl_hint(arguments: str) -> str:
     """An `enrich-crawl ARGUMENTS` command to print, spelled so that it works when pasted: this
     home's variables in front, the console script as PATH finds it (enrich_crawl.console)."""

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from enrich_crawl.home import ensure_dagster_home
+from enrich_crawl.home import ensure_dagster_home, open_run_instance
 from enrich_crawl.progress import Progress
 from enrich_crawl.staging import DatasetStage
 from enrich_crawl.summary import RunOutcome, failed_checks, failure_reason, summarize
@@ -188,7 +188,7 @@ def run_enrich_job(
     """Execute enrich_job for one dataset in the current instance; blocks until it ends.
 
     With `mongo_uri`, the results database is watched while the run goes on (RunWatch)."""
-    ensure_dagster_home()
+    home = ensure_dagster_home()
     import dagster as dg
 
     from enrich_crawl import config
@@ -233,7 +233,7 @@ def run_enrich_job(
     }
     result: dict[str, Any] = {}
     # one instance for the whole command: every opening of it costs its storages' set-up
-    with dg.DagsterInstance.get() as instance:
+    with open_run_instance(home) as instance:
         # runs killed with their process (kill -9, OOM, reboot) would hold the crawl pool for ever
         try:
             report_dead_runs(instance, stream)

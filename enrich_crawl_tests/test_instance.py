@@ -194,3 +194,34 @@ def test_step_output_is_captured_to_the_compute_log_by_a_thread_with_its_childre
     )
     assert Path(manager.get_captured_local_path(key, "err")).read_text() == "err of the step\ne"
     assert Path(manager.complete_artifact_path(key)).exists()
+
+
+def test_a_run_of_the_cli_opens_the_home_at_info_unless_its_dagster_yaml_sets_a_level(tmp_path):
+    """`enrich-crawl run` opens its instance with python_log_level INFO when dagster.yaml sets
+    none (the repository's file, copied into a DAGSTER_HOME): each step process's own console
+    logger is then at INFO, so Dagster's DEBUG engine events stay off the terminal (the run's log
+    keeps them: test_run_summary.py). The rest of `python_logs`, and a level the file sets, are
+    kept."""
+    from enrich_crawl.home import open_run_instance
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    with _environ(DAGSTER_HOME=str(home), **NO_PG), open_run_instance(home) as instance:
+        assert instance.python_log_level == "INFO"
+        assert instance.get_ref().settings["python_logs"] == {"python_log_level": "INFO"}
+        assert instance.get_ref().settings["telemetry"] == {"enabled": False}
+        assert instance.storage_directory() == str(home / "storage")
+    (home / "dagster.yaml").write_text(
+        "python_logs:\n  python_log_level: WARNING\n  managed_python_loggers: [my_logger]\n",
+        encoding="utf-8",
+    )
+    with _environ(DAGSTER_HOME=str(home), **NO_PG), open_run_instance(home) as instance:
+        assert instance.python_log_level == "WARNING"
+        assert instance.managed_python_loggers == ["my_logger"]
+    (home / "dagster.yaml").write_text(
+        "python_logs:\n  managed_python_loggers: [my_logger]\n", encoding="utf-8"
+    )
+    with _environ(DAGSTER_HOME=str(home), **NO_PG), open_run_instance(home) as instance:
+        assert instance.python_log_level == "INFO"
+        assert instance.managed_python_loggers == ["my_logger"]

@@ -1,13 +1,17 @@
 """What `enrich-crawl run` tells a user around a run, in one real run (Dagster, crawl worker
 processes, the dataset's virtual web, a MongoDB-wire server): the preflight's warning of a field
-named almost like a column, before the run; a run with no mapping file that learns (`--learn`)
-is not refused; the summary names the file that keeps the rejected rows, and says what was
-learned and where the learned mapping files were written."""
+named almost like a column, before the run and once (the seed step's copy is in the run's log, not
+on the terminal again); no Dagster DEBUG engine events without -v; a run with no mapping file that
+learns (`--learn`) is not refused; the summary names the file that keeps the rejected rows, and
+says what was learned and where the learned mapping files were written."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+
+import dagster as dg
 
 from enrich_crawl.testing.learnweb import build_learn_web
 from enrich_crawl_tests.conftest import REPO, product_env, run_cli
@@ -57,6 +61,22 @@ def test_the_summary_names_the_rejected_rows_file_and_what_was_learned(tmp_path,
     assert warning in err_lines, err
     started = next(i for i, line in enumerate(err_lines) if line.startswith("enrich_job:"))
     assert err_lines.index(warning) < started
+    # ... and only there: the seed step's own copy goes to the run's log (the UI), not to the
+    # terminal a second time
+    said = warning.removeprefix("warning: ")
+    assert (out + err).count(said) == 1, err
+    run_id = re.search(r"^enrich_job succeeded  run (\S+)$", out, re.M).group(1)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        logged = [
+            entry
+            for entry in instance.all_logs(run_id)
+            if entry.dagster_event is None and said in entry.user_message
+        ]
+    assert [(e.step_key, e.level) for e in logged] == [("seed_dataset", logging.WARNING)], logged
+    # without -v, none of Dagster's DEBUG engine events (this home's dagster.yaml sets no
+    # python_log_level: each step process's own console logger would be at DEBUG)
+    assert "STEP_WORKER_STARTED" not in out + err, err
+    assert " - DEBUG - " not in out + err, err
 
     # the rejected row: counted, and the file holding it named
     rejected = work / "orgs" / "seed" / "rejected.jsonl"

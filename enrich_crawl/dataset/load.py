@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -179,10 +179,15 @@ class ShardWriters:
 # -- the load -----------------------------------------------------------------------------------
 
 
-def _warn_near_misses(spec: DatasetSpec, columns: list[str], profile: Profile) -> None:
+def _warn_near_misses(
+    spec: DatasetSpec, columns: list[str], profile: Profile, warn: Callable[[str], Any] | None
+) -> None:
     profile.near_miss_fields = near_miss_fields(spec, columns)
     for line in near_miss_warnings(spec, columns):
-        logger.warning("%s", line)
+        if warn is None:
+            logger.warning("%s", line)
+        else:
+            warn(line)
 
 
 def default_workers() -> int:
@@ -199,8 +204,12 @@ def prepare_dataset(
     *,
     today: dt.date | None = None,
     workers: int | None = None,
+    warn: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Read, clean, profile and shard `spec`'s table into `stage`; returns the manifest.
+
+    What is worth a look but does not stop the load (a field named almost like a column) goes to
+    `warn` (seed_dataset: the run's log), else to this module's logger.
 
     The reader runs ahead in a thread of its own and `workers` threads clean batches in
     parallel; ids, the profile and the shard files are updated in file order by this thread,
@@ -225,7 +234,7 @@ def prepare_dataset(
     cleaner = ChunkCleaner(spec, keys, today, reader.columns)
     if reader.columns:
         profile.new_columns = check_columns(spec, reader.columns)
-        _warn_near_misses(spec, reader.columns, profile)
+        _warn_near_misses(spec, reader.columns, profile, warn)
     checked = bool(reader.columns)
     committed = False
     try:
@@ -233,7 +242,7 @@ def prepare_dataset(
             for batch, chunk in _cleaned(reader.batches(), cleaner, workers, timings):
                 if not checked and cleaner.columns:  # JSONL: the columns come with the records
                     profile.new_columns = check_columns(spec, cleaner.columns)
-                    _warn_near_misses(spec, cleaner.columns, profile)
+                    _warn_near_misses(spec, cleaner.columns, profile, warn)
                     checked = True
                 tick = time.monotonic()
                 _take_batch(spec, batch, chunk, ids, profile, writers, rejected_file)

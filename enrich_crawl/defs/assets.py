@@ -78,7 +78,10 @@ def seed_table(
 
     spec = dataset.load()
     stage = staging.stage(spec.name)
-    manifest = prepare_dataset(spec, stage, SHARD_KEYS)
+    # its warnings (a field named almost like a column) in the run's log, as events the UI shows;
+    # `enrich-crawl run` printed them before the run (preflight) and keeps the run's log off its
+    # terminal without -v (runner.py), so they are not shown twice
+    manifest = prepare_dataset(spec, stage, SHARD_KEYS, warn=context.log.warning)
     profile = manifest["profile"]
     context.log.info(
         f"{spec.name}: {profile['rows']} rows, {profile['usable']} usable, "
