@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import time
 
 import pytest
 
@@ -192,3 +194,57 @@ def test_the_timed_engine_matches_exactly_like_python_re():
             assert ours.findall(text) == theirs.findall(text), (pattern, text)
             assert ours.split(text) == theirs.split(text), (pattern, text)
             assert ours.sub(r"<\g<0>>", text) == theirs.sub(r"<\g<0>>", text), (pattern, text)
+
+
+def test_timed_matching_keeps_the_gil_while_another_thread_runs():
+    """`regex` lets go of the GIL while it matches unless told not to; in a crawl worker (pymongo's
+    monitor threads, Twisted's thread pool) every URL pattern match and regex processor then
+    handed the interpreter to another thread and waited to get it back. Counted, not timed: how
+    many times a busy thread gets to run between 2,000 matches of URL patterns and of regex,
+    replace and split processors, the interpreter's switch interval set beyond the test's length
+    (so it runs only when the matches let go of the GIL)."""
+    import threading
+
+    mapping = compile_mapping(
+        {
+            "name": "m",
+            "url_patterns": [r"^https?://[a-z0-9.-]+\.example(?::\d+)?/[^#]*(?:#.*)?$"],
+            "fields": [
+                {
+                    "name": "v",
+                    "processors": [
+                        {"type": "regex", "parameters": {"pattern": r"([\d,]+)"}},
+                        {"type": "replace", "parameters": {"pattern": r"0", "replacement": "o"}},
+                        {"type": "split", "parameters": {"separator": r"[,;]", "regex": True}},
+                    ],
+                }
+            ],
+        }
+    )
+    page = Page("https://x.example/a", "n 1203,4", content_type="text/plain")
+    done = [0]
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            seen.add(done[0])
+            time.sleep(0)  # lets the matches go on as soon as they want the GIL back
+
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)  # no hand-over forced by the interpreter while the matches run
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        for n in range(1000):
+            assert mapping.matches(f"http://sites.pagebox-{n}.example/about.html")
+            done[0] += 1
+            assert run_mapping(mapping, page).fields == {"v": "12o3"}
+            done[0] += 1
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(switch_interval)
+    # the GIL held: the busy thread runs before the first match and after the last; let go of:
+    # between most two matches
+    assert len(seen) < 50, f"the busy thread ran between {len(seen)} of 2,000 matches"

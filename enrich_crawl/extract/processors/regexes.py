@@ -30,7 +30,12 @@ from enrich_crawl.extract.regex_safety import backtracking_hazard
 
 def compile_regex(pattern: str, where: str, *, flags: int = 0) -> Any:
     """Compile a user pattern: valid for Python `re`, free of catastrophic backtracking shapes,
-    compiled by the `regex` module (whose matching functions take a timeout)."""
+    compiled by the `regex` module (whose matching functions take a timeout).
+
+    Every call of its matching functions passes `concurrent=False` with the timeout: by default
+    `regex` lets go of the GIL while it matches, and in a crawl worker (pymongo's monitor threads,
+    Twisted's thread pool) getting it back costs a thread switch each time, ~500 us of waiting and
+    3-4x the CPU of a 2 us URL match; the timeout holds either way (test_layers checks the calls)."""
     try:
         re.compile(pattern, flags)  # the documented dialect is Python's re: refuse what re refuses
         hazard = backtracking_hazard(pattern, flags)
@@ -101,11 +106,15 @@ def _regex(params: dict[str, Any], where: str) -> Fn:
             text = text[:MAX_REGEX_INPUT]
             if find_all:
                 matches = run_regex(
-                    ctx, compiled, lambda t, s=text: list(compiled.finditer(s, timeout=t))
+                    ctx,
+                    compiled,
+                    lambda t, s=text: list(compiled.finditer(s, concurrent=False, timeout=t)),
                 )
                 out.extend(m.group(group) for m in matches or () if m.group(group) is not None)
             else:
-                match = run_regex(ctx, compiled, lambda t, s=text: compiled.search(s, timeout=t))
+                match = run_regex(
+                    ctx, compiled, lambda t, s=text: compiled.search(s, concurrent=False, timeout=t)
+                )
                 if match is not None and match.group(group) is not None:
                     out.append(match.group(group))
         return out
@@ -152,7 +161,7 @@ def _replace(params: dict[str, Any], where: str) -> Fn:
                 ctx,
                 compiled,
                 lambda t, s=text: compiled.sub(
-                    replacement, s[:MAX_REGEX_INPUT], count=count, timeout=t
+                    replacement, s[:MAX_REGEX_INPUT], count=count, concurrent=False, timeout=t
                 ),
             )
             if result is not None:
@@ -184,7 +193,9 @@ def _filter(params: dict[str, Any], where: str) -> Fn:
             if text is None:
                 continue
             found = run_regex(
-                ctx, compiled, lambda t, s=text: compiled.search(s[:MAX_REGEX_INPUT], timeout=t)
+                ctx,
+                compiled,
+                lambda t, s=text: compiled.search(s[:MAX_REGEX_INPUT], concurrent=False, timeout=t),
             )
             if (found is not None) != invert:
                 out.append(value)
