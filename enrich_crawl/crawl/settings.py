@@ -54,7 +54,20 @@ def build_settings(params: WorkerParams, *, render: bool = False) -> dict[str, A
         middlewares = settings["DOWNLOADER_MIDDLEWARES"]
         middlewares[f"{_MW}.guards.UrlPolicyMiddleware"] = None
         middlewares[f"{_CRAWL}.render.RenderUrlPolicyMiddleware"] = 60
+    if _has_uvloop():
+        settings["ASYNCIO_EVENT_LOOP"] = "uvloop.Loop"
     return settings
+
+
+def _has_uvloop() -> bool:
+    """The crawl's asyncio event loop is uvloop's (libuv, in C) where it is installed: Twisted's
+    reactor runs on it as on asyncio's own, and the loop's part of every event (timers, ready
+    callbacks, polling the sockets) costs less. Measured on one worker, 2,500 records without
+    delays, two interleaved pairs: the worker 1.23 and 1.19x the floor against 1.29 and 1.28x on
+    asyncio's loop (bench.e2e.attribution)."""
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def _crawl_settings(params: WorkerParams, config: CrawlConfig) -> dict[str, Any]:

@@ -113,15 +113,16 @@ def run_crawl(
 
 
 def _collect_less() -> None:
-    """Python's cyclic garbage collector cost a crawl worker 12 % of its CPU (3.75 s of 30 s on
-    2,500 records): every full collection walked the ~10^5 objects of the imports (Scrapy, Twisted,
-    pymongo, lxml, the mappings) and the records' state, and the young generation was collected
-    every 700 allocations of a crawl that allocates thousands per page. What is loaded by now
-    lives as long as the process: frozen (gc.freeze, never walked again). The young generation is
-    collected every 50,000 allocations instead of 700, so objects that die by reference counting
-    (most of a page's) are never walked; cyclic garbage (Twisted's failures, say) is still found,
-    a little later. Measured: 0.18 s of collection instead of 3.75 s on the same crawl; peak RSS
-    unchanged (bench/e2e's RSS check)."""
+    """Python's cyclic garbage collector cost a crawl worker 11-12 % of its CPU (2.7-3.8 s of
+    25-30 s on 2,500 records): every full collection walked the ~10^5 objects of the imports
+    (Scrapy, Twisted, pymongo, lxml, the mappings) and the records' state, and the young
+    generation was collected every 700 allocations of a crawl that allocates thousands per page.
+    What is loaded by now lives as long as the process: frozen (gc.freeze, never walked again).
+    The young generation is collected every 50,000 allocations instead of 700, so objects that
+    die by reference counting (most of a page's) are never walked; cyclic garbage (Twisted's
+    failures, say) is still found, a little later. Measured: 0.19 s of collection instead of
+    2.71 s on the same crawl (one worker, 2,500 records, no delays); peak RSS in
+    docs/performance.md."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 10)
