@@ -35,7 +35,8 @@ def compile_regex(pattern: str, where: str, *, flags: int = 0) -> Any:
     Every call of its matching functions passes `concurrent=False` with the timeout: by default
     `regex` lets go of the GIL while it matches, and in a crawl worker (pymongo's monitor threads,
     Twisted's thread pool) getting it back costs a thread switch each time, ~500 us of waiting and
-    3-4x the CPU of a 2 us URL match; the timeout holds either way (test_layers checks the calls)."""
+    3-4x the CPU of a 2 us URL match; the timeout holds either way (test_processors_regex counts
+    the hand-overs)."""
     try:
         re.compile(pattern, flags)  # the documented dialect is Python's re: refuse what re refuses
         hazard = backtracking_hazard(pattern, flags)
