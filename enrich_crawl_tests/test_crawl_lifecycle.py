@@ -10,11 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-import dagster as dg
-
-from enrich_crawl.crawl.params import WorkerParams
-from enrich_crawl.defs.pipes import CrawlProcessClient
-from enrich_crawl.testing.synthweb import read_outcomes, run_workers, seed_shards, write_dataset
+from enrich_crawl.testing.synthweb import (
+    crawl_through_pipes,
+    read_outcomes,
+    run_workers,
+    write_dataset,
+)
 from enrich_crawl.virtualweb import running_web
 
 MAPPING = {
@@ -146,34 +147,10 @@ def test_the_crawls_warnings_and_errors_reach_the_dagster_run_log_bounded(tmp_pa
     )
     for i in range(7):  # seven broken mappings: seven errors of one message
         (mappings / f"broken{i}.json").write_text('{"name": "broken"}', encoding="utf-8")
-    work = tmp_path / "work"
-    spec, stage, keys = seed_shards(dataset, work, 1)
-    out_dir = work / "run" / keys[0]
-
     with running_web(root) as server:
-
-        @dg.asset
-        def crawled(context, crawl_process: CrawlProcessClient):
-            params = WorkerParams(
-                dataset=spec.name,
-                partition=keys[0],
-                seed_path=str(stage.seed_shard(keys[0])),
-                out_dir=str(out_dir),
-                mappings_dir=str(mappings),
-                field_types=spec.field_types(),
-                crawl=spec.crawl.to_dict(),
-                proxy=server.proxy_url,
-                log_level="WARNING",
-            )
-            stats = crawl_process.run_crawl(context=context, params=params)
-            return dg.Output(stats)  # a Pipes session wants explicit outputs
-
-        with dg.DagsterInstance.ephemeral() as instance:
-            result = dg.materialize(
-                [crawled], instance=instance, resources={"crawl_process": CrawlProcessClient()}
-            )
-            assert result.success
-            messages = [e.user_message for e in instance.all_logs(result.run_id)]
+        _, out_dir, messages = crawl_through_pipes(
+            dataset, mappings, tmp_path / "work", proxy=server.proxy_url, log_level="WARNING"
+        )
     skipped = [m for m in messages if m.startswith("[") and "mapping skipped" in m]
     assert len(skipped) == 5, messages
     assert any("[enrich_crawl.crawl.feed]" in m and "crawl idle" in m for m in messages)

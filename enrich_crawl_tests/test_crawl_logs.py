@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import json
 
-import dagster as dg
-
-from enrich_crawl.crawl.params import WorkerParams
-from enrich_crawl.defs.pipes import CrawlProcessClient
-from enrich_crawl.testing.synthweb import seed_shards, write_dataset
+from enrich_crawl.testing.synthweb import crawl_through_pipes, write_dataset
 from enrich_crawl.virtualweb import running_web
 
 MAPPING = {
@@ -50,32 +46,11 @@ def test_a_crawl_logs_its_own_messages_and_not_scrapys_boilerplate(tmp_path, cap
     )
     # one of our own errors, which must stay
     (mappings / "broken.json").write_text('{"name": "broken"}', encoding="utf-8")
-    spec, stage, keys = seed_shards(dataset, tmp_path / "work", 1)
-    out_dir = tmp_path / "work" / "run" / keys[0]
-
     with running_web(tmp_path / "web") as server:
-
-        @dg.asset
-        def crawled(context, crawl_process: CrawlProcessClient):
-            params = WorkerParams(
-                dataset=spec.name,
-                partition=keys[0],
-                seed_path=str(stage.seed_shard(keys[0])),
-                out_dir=str(out_dir),
-                mappings_dir=str(mappings),
-                field_types=spec.field_types(),
-                crawl=spec.crawl.to_dict(),
-                proxy=server.proxy_url,  # as the crawler resource passes http_proxy
-                log_level="INFO",  # what `enrich-crawl run -v` and `dagster dev` use
-            )
-            return dg.Output(crawl_process.run_crawl(context=context, params=params))
-
-        with dg.DagsterInstance.ephemeral() as instance:
-            result = dg.materialize(
-                [crawled], instance=instance, resources={"crawl_process": CrawlProcessClient()}
-            )
-            assert result.success
-            messages = [e.user_message for e in instance.all_logs(result.run_id)]
+        # "INFO": what `enrich-crawl run -v` and `dagster dev` use
+        key, out_dir, messages = crawl_through_pipes(
+            dataset, mappings, tmp_path / "work", proxy=server.proxy_url, log_level="INFO"
+        )
     terminal = capfd.readouterr().err
 
     # the page was read over https (the crawl does not verify certificates, see
@@ -88,6 +63,6 @@ def test_a_crawl_logs_its_own_messages_and_not_scrapys_boilerplate(tmp_path, cap
     # our own messages and errors stay, on the terminal and in the run's log
     assert "mapping skipped" in terminal, terminal[:3000]
     assert any("mapping skipped" in m for m in messages), messages
-    assert any(m.startswith(f"[{keys[0]}] records 1/1 done") for m in messages), messages
+    assert any(m.startswith(f"[{key}] records 1/1 done") for m in messages), messages
     # Scrapy's own lines at INFO that are not boilerplate still pass (the filter is by logger)
     assert "Spider opened" in terminal, terminal[:3000]

@@ -350,6 +350,47 @@ def seed_shards(dataset: Path, work: Path, shards: int) -> tuple[Any, Any, list[
     return spec, stage, keys
 
 
+def crawl_through_pipes(
+    dataset: Path, mappings: Path, work: Path, *, proxy: str, log_level: str
+) -> tuple[str, Path, list[str]]:
+    """Crawl the dataset as one shard the way Dagster launches a crawl: an asset materialised on
+    an ephemeral instance runs the worker through Pipes (CrawlProcessClient); (the shard's key,
+    its crawl folder, the messages of the run's log). Raises when the materialisation fails."""
+    import dagster as dg
+
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.defs.pipes import CrawlProcessClient
+
+    spec, stage, keys = seed_shards(dataset, work, 1)
+    out_dir = work / "run" / keys[0]
+
+    # no annotations: this module's are strings, which Dagster resolves in the module's globals
+    @dg.asset(required_resource_keys={"crawl_process"})
+    def crawled(context):
+        params = WorkerParams(
+            dataset=spec.name,
+            partition=keys[0],
+            seed_path=str(stage.seed_shard(keys[0])),
+            out_dir=str(out_dir),
+            mappings_dir=str(mappings),
+            field_types=spec.field_types(),
+            crawl=spec.crawl.to_dict(),
+            proxy=proxy,  # as the crawler resource passes http_proxy
+            log_level=log_level,
+        )
+        stats = context.resources.crawl_process.run_crawl(context=context, params=params)
+        return dg.Output(stats)  # a Pipes session wants explicit outputs
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize(
+            [crawled], instance=instance, resources={"crawl_process": CrawlProcessClient()}
+        )
+        if not result.success:
+            raise RuntimeError(f"the crawl through Pipes failed: {result.all_events[-5:]}")
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    return keys[0], out_dir, messages
+
+
 def run_workers(
     dataset: Path,
     mappings: Path,
