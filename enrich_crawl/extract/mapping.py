@@ -123,10 +123,7 @@ def _compile_pattern(spec: Any, where: str) -> Any:
 
         def match_regex(url: str) -> bool:
             try:
-                return (
-                    compiled.search(url[:65536], concurrent=False, timeout=REGEX_TIMEOUT)
-                    is not None
-                )
+                return compiled.search(url[:65536], timeout=REGEX_TIMEOUT) is not None
             except TimeoutError:
                 return False
 

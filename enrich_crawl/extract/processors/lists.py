@@ -47,7 +47,7 @@ def _split(params: dict[str, Any], where: str) -> Fn:
                     ctx,
                     splitter,
                     lambda t, s=text: splitter.split(
-                        s[:MAX_REGEX_INPUT], maxsplit=maxsplit, concurrent=False, timeout=t
+                        s[:MAX_REGEX_INPUT], maxsplit=maxsplit, timeout=t
                     ),
                 )
                 if parts is None:

@@ -32,11 +32,7 @@ def compile_regex(pattern: str, where: str, *, flags: int = 0) -> Any:
     """Compile a user pattern: valid for Python `re`, free of catastrophic backtracking shapes,
     compiled by the `regex` module (whose matching functions take a timeout).
 
-    Every call of its matching functions passes `concurrent=False` with the timeout: by default
-    `regex` lets go of the GIL while it matches, and in a crawl worker (pymongo's monitor threads,
-    Twisted's thread pool) getting it back costs a thread switch each time, ~500 us of waiting and
-    3-4x the CPU of a 2 us URL match; the timeout holds either way (test_processors_regex counts
-    the hand-overs)."""
+    The pattern's matching functions keep the GIL (`_HoldingGil`)."""
     try:
         re.compile(pattern, flags)  # the documented dialect is Python's re: refuse what re refuses
         hazard = backtracking_hazard(pattern, flags)
@@ -50,7 +46,35 @@ def compile_regex(pattern: str, where: str, *, flags: int = 0) -> Any:
             "text has one way to match (e.g. [^,]+ instead of .*), or make the group atomic "
             "(?>...) or the quantifier possessive (a++)",
         )
-    return compiled
+    return _HoldingGil(compiled)
+
+
+class _HoldingGil:
+    """A compiled `regex` pattern whose matching functions keep the GIL (`concurrent=False`).
+    By default `regex` lets go of it while it matches, and in a crawl worker (pymongo's monitor
+    threads, Twisted's thread pool) getting it back costs a thread switch each time: ~500 us of
+    waiting and 3-4x the CPU of a 2 us URL match. The timeout holds either way
+    (test_processors_regex counts the hand-overs). Everything else is the pattern's own."""
+
+    __slots__ = ("_pattern",)
+
+    def __init__(self, pattern: Any):
+        self._pattern = pattern
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pattern, name)
+
+    def search(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.search(string, *args, concurrent=False, **kwargs)
+
+    def finditer(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.finditer(string, *args, concurrent=False, **kwargs)
+
+    def sub(self, repl: Any, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.sub(repl, string, *args, concurrent=False, **kwargs)
+
+    def split(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.split(string, *args, concurrent=False, **kwargs)
 
 
 def run_regex(ctx: Context, pattern: Any, call: Callable[[float], Any]) -> Any:
@@ -109,13 +133,11 @@ def _regex(params: dict[str, Any], where: str) -> Fn:
                 matches = run_regex(
                     ctx,
                     compiled,
-                    lambda t, s=text: list(compiled.finditer(s, concurrent=False, timeout=t)),
+                    lambda t, s=text: list(compiled.finditer(s, timeout=t)),
                 )
                 out.extend(m.group(group) for m in matches or () if m.group(group) is not None)
             else:
-                match = run_regex(
-                    ctx, compiled, lambda t, s=text: compiled.search(s, concurrent=False, timeout=t)
-                )
+                match = run_regex(ctx, compiled, lambda t, s=text: compiled.search(s, timeout=t))
                 if match is not None and match.group(group) is not None:
                     out.append(match.group(group))
         return out
@@ -162,7 +184,7 @@ def _replace(params: dict[str, Any], where: str) -> Fn:
                 ctx,
                 compiled,
                 lambda t, s=text: compiled.sub(
-                    replacement, s[:MAX_REGEX_INPUT], count=count, concurrent=False, timeout=t
+                    replacement, s[:MAX_REGEX_INPUT], count=count, timeout=t
                 ),
             )
             if result is not None:
@@ -196,7 +218,7 @@ def _filter(params: dict[str, Any], where: str) -> Fn:
             found = run_regex(
                 ctx,
                 compiled,
-                lambda t, s=text: compiled.search(s[:MAX_REGEX_INPUT], concurrent=False, timeout=t),
+                lambda t, s=text: compiled.search(s[:MAX_REGEX_INPUT], timeout=t),
             )
             if (found is not None) != invert:
                 out.append(value)
