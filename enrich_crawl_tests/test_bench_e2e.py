@@ -322,13 +322,17 @@ def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny)
     assert checks["politeness_violations"] == {"value": 0, "target": "== 0", "ok": True}
 
 
-def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tmp_path):
+@pytest.mark.parametrize("from_answer", [False, True], ids=["from-send", "from-answer"])
+def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tmp_path, from_answer):
     """`bench.e2e.floor --delays`: the polite bare crawler of the attribution. Its requests, as
     the virtual web logged them, never overlap on a host and leave each host's delay between
     sends (the host with no entry gets the default), and they reuse their connections to the
     proxy as the product does: Scrapy alone keeps one idle connection per pool key, every
     plain-http request through a proxy shares the proxy's key, and with answers slower than the
-    delays (several hosts in flight at once) most requests would open a connection of their own."""
+    delays (several hosts in flight at once) most requests would open a connection of their own.
+    With `--from-answer` the delay lies between each answer and the next send, as the product's
+    politeness counts it (the answers here take 0.25 s, longer than every delay: counted from the
+    send, no gap would be left after an answer)."""
     root = tmp_path / "web"
     root.mkdir()
     (root / "_web.json").write_text(json.dumps({"latency": 0.25}))
@@ -347,7 +351,8 @@ def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tmp_
     with running_web(root, log_path=tmp_path / "requests.jsonl") as web:
         done = subprocess.run(
             [sys.executable, "-m", "bench.e2e.floor", "--urls", str(tmp_path / "urls.txt"),
-             "--proxy", web.proxy_url, "--delays", str(tmp_path / "delays.json")],
+             "--proxy", web.proxy_url, "--delays", str(tmp_path / "delays.json"),
+             *(["--from-answer"] if from_answer else [])],
             env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
@@ -362,6 +367,9 @@ def test_paced_floor_keeps_one_request_per_host_and_the_delay_between_sends(tmp_
         for a, b in itertools.pairwise(mine):
             assert b["t"] >= a["t"] + a["dur"] - 0.05, (host, "overlapping")
             assert b["t"] - a["t"] >= delay - 0.05, (host, b["t"] - a["t"], delay)
+            if from_answer:
+                gap = b["t"] - (a["t"] + a["dur"])
+                assert gap >= delay - 0.05, (host, "after the answer", gap, delay)
     # one request in flight per host: never more connections than hosts
     assert len({e["conn"] for e in entries}) <= len(hosts), sorted(
         (e["t"], e["host"], e["conn"]) for e in entries

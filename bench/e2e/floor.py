@@ -9,8 +9,12 @@ generator (see MEASUREMENTS.md).
 With `--delays` it is a polite bare crawler instead (information, not the check's floor): one
 request at a time per host, each host's delay between its sends (Scrapy's download slots), hosts
 served as their answers come in; what crawling at the pace of politeness costs Scrapy by itself.
+With `--from-answer` too, each host's delay counts from the answer to its last request, as the
+product counts it (Scrapy's slots count from the send: a request slower than the delay leaves
+no gap at all between its answer and the next send).
 
     python -m bench.e2e.floor --urls FILE [--proxy URL] [--concurrency 64] [--delays FILE]
+        [--from-answer]
 
 FILE holds one absolute URL per line. Prints JSON statistics on stdout.
 """
@@ -50,8 +54,11 @@ class PooledHTTP11DownloadHandler(HTTP11DownloadHandler):
 class FloorSpider(scrapy.Spider):
     name = "bench_floor"
 
-    def __init__(self, urls: list[str], window: int, paced: bool = False, **kwargs):
+    def __init__(
+        self, urls: list[str], window: int, paced: bool = False, from_answer: bool = False, **kwargs
+    ):
         super().__init__(**kwargs)
+        self.from_answer = from_answer
         self.todo = [] if paced else list(reversed(urls))  # paced: served from by_host
         self.window = window
         self.pages = 0
@@ -74,6 +81,13 @@ class FloorSpider(scrapy.Spider):
             meta={"handle_httpstatus_all": True, "dont_retry": True, "floor_host": host},
         )
 
+    def _answered(self, request: scrapy.Request) -> None:
+        """`--from-answer`: the host's delay starts now (its slot counts from `lastseen`)."""
+        if self.from_answer:
+            slot = self.crawler.engine.downloader.slots.get(request.meta.get("download_slot"))
+            if slot is not None:
+                slot.lastseen = time.monotonic()
+
     def _next(self, answered_host: str | None = None):
         if not self.paced:
             if self.todo:
@@ -92,6 +106,7 @@ class FloorSpider(scrapy.Spider):
                 yield request
 
     def parse(self, response):
+        self._answered(response.request)
         self.pages += 1
         body = response.body
         if body.strip():
@@ -103,6 +118,7 @@ class FloorSpider(scrapy.Spider):
         yield from self._next(response.meta.get("floor_host"))
 
     def failed(self, failure):
+        self._answered(failure.request)
         self.failed_requests += 1
         yield from self._next(failure.request.meta.get("floor_host"))
 
@@ -117,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help='paced: JSON {"default": seconds, "hosts": {host: seconds}}; one request at a time '
         "per host, that delay between its sends (a polite bare crawler; default: no delays)",
+    )
+    parser.add_argument(
+        "--from-answer",
+        action="store_true",
+        help="with --delays: each host's delay counts from the answer to its last request (as "
+        "the product counts it), not from its send",
     )
     args = parser.parse_args(argv)
 
@@ -165,7 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(FloorSpider)
     window = args.concurrency if args.delays else args.concurrency * 2
-    process.crawl(crawler, urls=urls, window=window, paced=bool(args.delays))
+    process.crawl(
+        crawler,
+        urls=urls,
+        window=window,
+        paced=bool(args.delays),
+        from_answer=bool(args.delays) and args.from_answer,
+    )
     process.start()
     spider = crawler.spider
     print(
