@@ -54,7 +54,9 @@ class _HoldingGil:
     By default `regex` lets go of it while it matches, and in a crawl worker (pymongo's monitor
     threads, Twisted's thread pool) getting it back costs a thread switch each time: ~500 us of
     waiting and 3-4x the CPU of a 2 us URL match. The timeout holds either way
-    (test_processors_regex counts the hand-overs). Everything else is the pattern's own."""
+    (test_processors_regex counts the hand-overs). Every matching function is wrapped, used
+    today or not, so that a new call cannot let go of the GIL by reaching the pattern's own;
+    everything else (`pattern`, `groups`, ...) is the pattern's."""
 
     __slots__ = ("_pattern",)
 
@@ -67,11 +69,23 @@ class _HoldingGil:
     def search(self, string: str, *args: Any, **kwargs: Any) -> Any:
         return self._pattern.search(string, *args, concurrent=False, **kwargs)
 
+    def match(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.match(string, *args, concurrent=False, **kwargs)
+
+    def fullmatch(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.fullmatch(string, *args, concurrent=False, **kwargs)
+
+    def findall(self, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.findall(string, *args, concurrent=False, **kwargs)
+
     def finditer(self, string: str, *args: Any, **kwargs: Any) -> Any:
         return self._pattern.finditer(string, *args, concurrent=False, **kwargs)
 
     def sub(self, repl: Any, string: str, *args: Any, **kwargs: Any) -> Any:
         return self._pattern.sub(repl, string, *args, concurrent=False, **kwargs)
+
+    def subn(self, repl: Any, string: str, *args: Any, **kwargs: Any) -> Any:
+        return self._pattern.subn(repl, string, *args, concurrent=False, **kwargs)
 
     def split(self, string: str, *args: Any, **kwargs: Any) -> Any:
         return self._pattern.split(string, *args, concurrent=False, **kwargs)
