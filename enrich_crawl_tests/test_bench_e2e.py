@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -408,3 +409,54 @@ def test_floor_requests_split_whole_hosts_for_the_paced_floor():
             assert mine == sorted(mine, key=lambda u: int(u.rsplit("/", 1)[1]))
     assert [len(urls) for urls in plain] == [7, 7, 7]
     assert len({u.split("/")[2] for u in plain[0]}) > 1  # hosts spread over processes
+
+
+def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny):
+    """`--floor-processes N`: each plain floor run is N processes at once, the crawl's requests
+    dealt out as the end-to-end benchmark deals them (suite.split_requests); together they
+    refetch exactly the requests of the crawl, and the CPU counted is theirs together."""
+    from bench.e2e import attribution
+
+    args = attribution.parse_args(
+        ["--records", "12", "--rounds", "1", "--workers", "2", "--floor-processes", "2"]
+    )
+    results = attribution.run(args, gen=tiny)
+    work = Path(results["work_dir"])
+    crawled = (work / "urls-0.txt").read_text("utf-8").split()
+    parts = sorted(work.glob("urls-0-floor-*.txt"))
+    assert len(parts) == 2
+    refetched = [url for part in parts for url in part.read_text("utf-8").split()]
+    assert all(part.read_text("utf-8").split() for part in parts)  # both processes had work
+    assert sorted(refetched) == sorted(crawled) and crawled
+    assert results["runs"]["floor_plain"]["cpu_s"] > 0
+    assert results["runs"]["floor_plain"]["requests"] == len(crawled)
+    assert results["floor_processes"] == 2
+    assert "2 processes each floor" in attribution.markdown(results)
+
+
+def test_loop_turns_counts_the_turns_and_what_starts_them(tmp_path):
+    """bench/e2e/loopturns: a process started with it on PYTHONPATH writes its event loop's turns
+    at exit, each turn under the callback that started it: three timers due at different times
+    start three turns of their own; a task's step is named by the innermost coroutine it waits in."""
+    program = (
+        "import asyncio\n"
+        "def tick(): pass\n"
+        "async def main():\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    for n in range(3): loop.call_later(0.02 * (n + 1), tick)\n"
+        "    await asyncio.sleep(0.2)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {
+        **os.environ,
+        "LOOPTURNS_OUT": str(tmp_path / "turns"),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "e2e" / "loopturns"), str(REPO)]),
+    }
+    subprocess.run([sys.executable, "-c", program], env=env, check=True, timeout=60)
+    (written,) = tmp_path.glob("turns.*.json")
+    turns = json.loads(written.read_text("utf-8"))
+    started = {(kind, label): n for kind, label, n in turns["first"]}
+    assert started[("timer/ready", "__main__:tick")] == 3
+    # the task's first step, then its wake-up inside asyncio.sleep (the coroutine it waits in)
+    assert dict(turns["all"])["task:main"] == 1 and dict(turns["all"])["task:sleep"] == 1
+    assert turns["iterations"] == sum(turns["kinds"].values()) >= 5

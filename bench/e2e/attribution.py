@@ -35,9 +35,11 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.e2e import generate as gen_mod
 from bench.e2e import mongo_commands
+from bench.e2e.suite import split_requests
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_UA_PREFIX = "enrich_crawl/"
@@ -149,6 +151,17 @@ def _cpu_of_children() -> float:
 def _run(cmd: list[str], env: dict[str, str], log: Path) -> float:
     """CPU seconds (user+sys) of a command run to its end."""
     return _run_all([cmd], env, [log])
+
+
+def _log_entry(url: str) -> dict[str, Any]:
+    """A refetched URL as the virtual web's log has it (what suite.split_requests reads)."""
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    return {
+        "host": parts.netloc,
+        "path": f"{path}?{parts.query}" if parts.query else path,
+        "tls": parts.scheme == "https",
+    }
 
 
 def _run_all(cmds: list[list[str]], env: dict[str, str], logs: list[Path]) -> float:
@@ -299,11 +312,26 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         pace += ["--from-answer"] if paced and from_answer else []
         name = f"{'answer-' if from_answer else ''}{'paced ' if paced else ''}floor"
         say(f"{name} ({tag}) ...")
-        return _run(
-            [sys.executable, *prof, "-m", "bench.e2e.floor", "--urls", str(url_file),
-             "--proxy", web.proxy_url, *pace],
-            env, work / f"{name.replace(' ', '-')}-{tag}.log",
-        )  # fmt: skip
+        procs = 1 if profiled else args.floor_processes
+        if procs == 1:
+            return _run(
+                [sys.executable, *prof, "-m", "bench.e2e.floor", "--urls", str(url_file),
+                 "--proxy", web.proxy_url, *pace],
+                env, work / f"{name.replace(' ', '-')}-{tag}.log",
+            )  # fmt: skip
+        # split as the end-to-end benchmark splits its floors (suite.split_requests): paced, whole
+        # hosts per process (a host's delay holds within one process), else dealt out one by one
+        entries = [_log_entry(url) for url in url_file.read_text("utf-8").split()]
+        cmds, logs = [], []
+        for i, urls in enumerate(split_requests(entries, procs, by_host=paced)):
+            part = url_file.with_name(f"{url_file.stem}-{name.replace(' ', '-')}-{i}.txt")
+            part.write_text("\n".join(urls) + "\n", encoding="utf-8")
+            cmds.append(
+                [sys.executable, "-m", "bench.e2e.floor", "--urls", str(part),
+                 "--proxy", web.proxy_url, *pace]
+            )  # fmt: skip
+            logs.append(work / f"{name.replace(' ', '-')}-{tag}-{i}.log")
+        return _run_all(cmds, env, logs)
 
     with running_web(web_root, log_path=work / "requests.jsonl") as web:
         # plain runs in interleaved rounds (the machine's noise hits both alike), each floor
@@ -376,6 +404,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         )
     results["ratio_by_round"] = [r["ratio"] for r in rounds]
     results["workers"] = args.workers
+    results["floor_processes"] = args.floor_processes
     results["mongodb_commands_per_page"] = median(r["mongodb_commands_per_page"] for r in rounds)
     results["mongodb_commands_by_round"] = [r["mongodb_commands"] for r in rounds]
     results["politeness_violations"] = sum(r["politeness_violations"] for r in rounds)
@@ -435,6 +464,12 @@ def checks(results: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[
     return out
 
 
+def _floor_split(processes: int) -> str:
+    if processes <= 1:
+        return ""
+    return f" ({processes} processes each floor, split as the end-to-end benchmark splits them)"
+
+
 def markdown(results: dict[str, Any]) -> str:
     rows = results["components_ms_per_page"]
     order = [name for name, _ in COMPONENTS] + ["other"]
@@ -443,7 +478,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{' of the family ' + results['family'] if results.get('family') else ''} "
         f"({'the web with its delays' if results['polite'] else 'the web without delays'}), "
         f"{results['runs']['product_plain']['pages']:,} pages; the floor on the same "
-        f"{results['runs']['floor_plain']['requests']:,} requests. CPU per page (plain runs): "
+        f"{results['runs']['floor_plain']['requests']:,} requests"
+        f"{_floor_split(results.get('floor_processes', 1))}. CPU per page (plain runs): "
         f"product {results['product_ms_per_page']:.2f} ms, floor {results['floor_ms_per_page']:.2f}"
         f" ms (medians of {results['rounds']} interleaved rounds); product/floor "
         f"{results['ratio']:.2f} (median of the rounds' ratios "
@@ -506,6 +542,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="crawl workers at once on shards of the records, one database (the fleet; >1: no "
         "profiled run)",
+    )
+    parser.add_argument(
+        "--floor-processes",
+        type=int,
+        default=1,
+        help="floor processes of each plain floor run, split as the end-to-end benchmark splits "
+        "them (paced: whole hosts per process, the busiest onto the least loaded); 1: one process",
     )
     parser.add_argument(
         "--no-profile", dest="profile", action="store_false", help="plain runs only"
