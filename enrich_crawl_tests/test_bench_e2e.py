@@ -436,15 +436,16 @@ def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny)
 
 def test_loop_turns_counts_the_turns_and_what_starts_them(tmp_path):
     """bench/e2e/loopturns: a process started with it on PYTHONPATH writes its event loop's turns
-    at exit, each turn under the callback that started it: three timers due at different times
-    start three turns of their own; a task's step is named by the innermost coroutine it waits in."""
+    at exit, each turn under the callback that started it: a chain of three timers, each set by
+    the one before (so each runs in a turn of its own, however loaded the machine), starts three
+    turns; a task's step is named by the innermost coroutine it waits in."""
     program = (
         "import asyncio\n"
-        "def tick(): pass\n"
+        "def tick(left):\n"
+        "    if left: asyncio.get_running_loop().call_later(0.01, tick, left - 1)\n"
         "async def main():\n"
-        "    loop = asyncio.get_running_loop()\n"
-        "    for n in range(3): loop.call_later(0.02 * (n + 1), tick)\n"
-        "    await asyncio.sleep(0.2)\n"
+        "    asyncio.get_running_loop().call_later(0.01, tick, 2)\n"
+        "    await asyncio.sleep(1.0)\n"
         "asyncio.run(main())\n"
     )
     env = {
