@@ -428,6 +428,10 @@ def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny)
     refetched = [url for part in parts for url in part.read_text("utf-8").split()]
     assert all(part.read_text("utf-8").split() for part in parts)  # both processes had work
     assert sorted(refetched) == sorted(crawled) and crawled
+    # each floor process ran on its own part: its summary line counts that part's URLs
+    for i, part in enumerate(parts):
+        summary = json.loads((work / f"floor-plain0-{i}.log").read_text("utf-8").splitlines()[-1])
+        assert summary["urls"] == len(part.read_text("utf-8").split()), (i, summary)
     assert results["runs"]["floor_plain"]["cpu_s"] > 0
     assert results["runs"]["floor_plain"]["requests"] == len(crawled)
     assert results["floor_processes"] == 2

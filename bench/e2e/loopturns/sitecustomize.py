@@ -10,8 +10,8 @@ started so writes `<prefix>.<pid>.json` at exit with
 
 A callback is named by its function (`module:qualname`), a task's step by the innermost coroutine
 its task waits in (`task:qualname`). Turns are counted on asyncio's own loop, in Python: a crawl
-worker, which runs on uvloop where it is installed, is switched to asyncio's loop (the counts are
-the same; the CPU is not, the instrument's own cost included).
+worker, which runs on uvloop where it is installed, is switched to asyncio's loop to be counted
+(its CPU under the instrument is not the plain worker's).
 
     LOOPTURNS_OUT=/tmp/turns/run PYTHONPATH=bench/e2e/loopturns:. \\
         python -m enrich_crawl.crawl.worker --params params.json
