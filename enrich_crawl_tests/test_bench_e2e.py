@@ -419,6 +419,7 @@ def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny)
 
     args = attribution.parse_args(
         ["--records", "12", "--rounds", "1", "--workers", "2", "--floor-processes", "2"]
+        + ["--phases", "1"]
     )
     results = attribution.run(args, gen=tiny)
     work = Path(results["work_dir"])
@@ -436,6 +437,40 @@ def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny)
     assert results["runs"]["floor_plain"]["requests"] == len(crawled)
     assert results["floor_processes"] == 2
     assert "2 processes each floor" in attribution.markdown(results)
+    # --phases: both runs read while they ran, window by window; every request of each run falls
+    # in one of its windows, and its windows hold the CPU /proc showed of its processes
+    round_ = results["rounds_detail"][0]
+    product_phases, floor_phases = round_["phases"], round_["floor_phases"]["floor"]
+    assert sum(row["requests"] for row in product_phases) == round_["requests"]
+    assert sum(row["requests"] for row in floor_phases) == len(crawled)
+    for rows, cpu in ((product_phases, round_["cpu_s"]), (floor_phases, round_["floor_cpu_s"])):
+        assert 0 < sum(row["cpu_s"] for row in rows) <= cpu + 0.05, (rows, cpu)
+        assert [row["from_s"] for row in rows] == sorted(row["from_s"] for row in rows)
+    assert "product ms/request | floor ms/request" in attribution.markdown(results)
+
+
+def test_phases_put_cpu_and_requests_in_their_windows():
+    """`attribution.phases`: the CPU between two readings goes to the window of the later one,
+    each request to the window of its time; a window without requests has no CPU per request."""
+    from bench.e2e import attribution
+
+    samples = [
+        {"t": 100.0, "cpu_s": 0.0, "machine_busy": 0.0},
+        {"t": 105.0, "cpu_s": 1.0, "machine_busy": 1.0},
+        {"t": 110.0, "cpu_s": 1.5, "machine_busy": 0.5},  # second window (10 s windows)
+        {"t": 125.0, "cpu_s": 1.6, "machine_busy": 0.1},  # third window, no requests
+    ]
+    rows = attribution.phases(samples, [100.5, 101.0, 109.9, 110.2, 119.0], window=10)
+    assert [(r["from_s"], r["cpu_s"], r["requests"]) for r in rows] == [
+        (0, 1.0, 3),
+        (10, 0.5, 2),
+        (20, 0.1, 0),
+    ]
+    assert rows[0]["ms_per_request"] == round(1000 / 3, 3) and rows[2]["ms_per_request"] is None
+    assert rows[0]["machine_busy"] == 1.0 and rows[1]["machine_busy"] == 0.5
+    table = attribution.phase_table({"phases": rows, "floor_phases": {"paced floor": rows[:1]}})
+    assert table[-1].startswith("| all | **")
+    assert "| 20 | - (0, 10%) |  |" in table, table
 
 
 def test_loop_turns_counts_the_turns_and_what_starts_them(tmp_path):

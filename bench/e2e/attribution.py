@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import pstats
@@ -33,12 +34,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from bench.e2e import generate as gen_mod
 from bench.e2e import mongo_commands
+from bench.e2e.agents import FLOOR_UA
 from bench.e2e.suite import split_requests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,9 +151,11 @@ def _cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _run(cmd: list[str], env: dict[str, str], log: Path) -> float:
+def _run(
+    cmd: list[str], env: dict[str, str], log: Path, samples: PhaseSamples | None = None
+) -> float:
     """CPU seconds (user+sys) of a command run to its end."""
-    return _run_all([cmd], env, [log])
+    return _run_all([cmd], env, [log], samples)
 
 
 def _log_entry(url: str) -> dict[str, Any]:
@@ -164,17 +169,112 @@ def _log_entry(url: str) -> dict[str, Any]:
     }
 
 
-def _run_all(cmds: list[list[str]], env: dict[str, str], logs: list[Path]) -> float:
-    """CPU seconds (user+sys) of commands run at once, each to its end."""
+def _run_all(
+    cmds: list[list[str]],
+    env: dict[str, str],
+    logs: list[Path],
+    samples: PhaseSamples | None = None,
+) -> float:
+    """CPU seconds (user+sys) of commands run at once, each to its end; with `samples`, also the
+    processes' CPU together and the machine's load while they run (`--phases`)."""
     before = _cpu_of_children()
     procs = []
     for cmd, log in zip(cmds, logs, strict=True):
         with open(log, "w", encoding="utf-8") as out:
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+    if samples is not None:
+        samples.rows.extend(_sample_while_running(procs, samples.period))
     codes = [proc.wait() for proc in procs]
     if any(codes):
         raise subprocess.CalledProcessError(max(codes), cmds[codes.index(max(codes))])
     return _cpu_of_children() - before
+
+
+PHASE_SAMPLE_S = 2.0  # --phases: how often the processes' CPU and the machine's load are read
+
+
+def _sample_while_running(procs: list[subprocess.Popen], period: float) -> list[dict[str, float]]:
+    """The processes' CPU seconds together (user+sys from /proc, through psutil; a process that
+    has exited counts with its last reading, so the CPU of its last `period` may be missing) and
+    the machine's busy share since the sample before, every `period` until all have exited."""
+    import psutil
+
+    handles = [psutil.Process(proc.pid) for proc in procs]
+    last = [0.0] * len(procs)
+    psutil.cpu_percent(None)
+    samples: list[dict[str, float]] = []
+    while True:
+        alive = [proc.poll() is None for proc in procs]
+        for i, handle in enumerate(handles):
+            if alive[i]:
+                try:
+                    times = handle.cpu_times()
+                    last[i] = times.user + times.system
+                except psutil.Error:
+                    pass
+        samples.append(
+            {
+                "t": time.time(),
+                "cpu_s": round(sum(last), 3),
+                "machine_busy": round(psutil.cpu_percent(None) / 100, 3),
+            }
+        )
+        if not any(alive):
+            return samples
+        time.sleep(period)
+
+
+@dataclass
+class PhaseSamples:
+    """What `_run_all` reads while a run's processes run (`--phases`), every `period` seconds."""
+
+    period: float
+    rows: list[dict[str, float]] = field(default_factory=list)
+
+
+def _phase_samples(args: argparse.Namespace, profiled: bool) -> PhaseSamples | None:
+    """Samples for a plain run with `--phases`: every quarter window, at most PHASE_SAMPLE_S."""
+    if not args.phases or profiled:
+        return None
+    return PhaseSamples(min(PHASE_SAMPLE_S, args.phases / 4))
+
+
+def phases(
+    samples: list[dict[str, float]], request_times: list[float], window: float
+) -> list[dict[str, Any]]:
+    """CPU per request of a run, window by window from its start: the CPU its processes used in
+    each window (`samples`), the requests the web served them in it (their log times), and the
+    machine's mean busy share (what else ran counts there too)."""
+    if not samples:
+        return []
+    start = samples[0]["t"]
+    rows: dict[int, dict[str, Any]] = {}
+
+    def row(t: float) -> dict[str, Any]:
+        n = max(0, int((t - start) // window))
+        return rows.setdefault(n, {"cpu_s": 0.0, "requests": 0, "busy": []})
+
+    for before, after in itertools.pairwise(samples):
+        entry = row(after["t"])
+        entry["cpu_s"] += after["cpu_s"] - before["cpu_s"]
+        entry["busy"].append(after["machine_busy"])
+    for t in request_times:
+        row(t)["requests"] += 1
+    out = []
+    for n in sorted(rows):
+        entry = rows[n]
+        out.append(
+            {
+                "from_s": round(n * window),
+                "cpu_s": round(entry["cpu_s"], 3),
+                "requests": entry["requests"],
+                "ms_per_request": round(1000 * entry["cpu_s"] / entry["requests"], 3)
+                if entry["requests"]
+                else None,
+                "machine_busy": round(statistics.mean(entry["busy"]), 3) if entry["busy"] else None,
+            }
+        )
+    return out
 
 
 def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[str, Any]:
@@ -264,7 +364,9 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
                 )  # fmt: skip
             say(f"crawl worker ({tag}) x{len(shards)} on {args.records} records ...")
             started = time.time()
-            cpu = _run_all(commands, env, [work / f"product-{tag}-{s}.log" for s in shards])
+            samples = _phase_samples(args, profiled)
+            logs = [work / f"product-{tag}-{s}.log" for s in shards]
+            cpu = _run_all(commands, env, logs, samples)
             ended = time.time()
         pages = 0
         outcomes: Counter[str] = Counter()
@@ -272,10 +374,13 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             stats = json.loads((work / f"crawl-{tag}" / shard / "stats.json").read_text("utf-8"))
             pages += stats["pages"]
             outcomes.update(stats.get("outcomes") or {})
-        requests = [
-            f"{'https' if e.get('tls') else 'http'}://{e['host']}{e['path']}"
+        served = [
+            e
             for e in read_log(web.log_path)
             if e.get("ua", "").startswith(PRODUCT_UA_PREFIX) and started - 1 <= e["t"] <= ended
+        ]
+        requests = [
+            f"{'https' if e.get('tls') else 'http'}://{e['host']}{e['path']}" for e in served
         ]
         run = {
             "cpu_s": round(cpu, 3),
@@ -286,6 +391,8 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             "started": started,
             "ended": ended,
         }
+        if samples is not None:
+            run["phases"] = phases(samples.rows, [e["t"] for e in served], args.phases)
         if not profiled:
             by_name = mongo_commands.read(counts_dir)
             run["mongodb_commands"] = dict(sorted(by_name.items()))
@@ -298,6 +405,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
     # Crawl-delay (else the spec's default delay), one request at a time per host
     delays_file = gen.write_delays(work / "delays.json", spec.crawl.default_delay)
     audit_delay = spec.crawl.default_delay
+    floor_phases: dict[str, list[dict[str, Any]]] = {}  # the last run of each floor -> phases
 
     def floor(
         tag: str,
@@ -313,12 +421,36 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         name = f"{'answer-' if from_answer else ''}{'paced ' if paced else ''}floor"
         say(f"{name} ({tag}) ...")
         procs = 1 if profiled else args.floor_processes
+        samples = _phase_samples(args, profiled)
+        started = time.time()
         if procs == 1:
-            return _run(
+            cpu = _run(
                 [sys.executable, *prof, "-m", "bench.e2e.floor", "--urls", str(url_file),
                  "--proxy", web.proxy_url, *pace],
-                env, work / f"{name.replace(' ', '-')}-{tag}.log",
+                env, work / f"{name.replace(' ', '-')}-{tag}.log", samples,
             )  # fmt: skip
+        else:
+            cpu = _run_split(name, tag, web, url_file, procs, pace, paced, samples)
+        if samples is not None:
+            ended = time.time()
+            times = [
+                e["t"]
+                for e in read_log(web.log_path)
+                if e.get("ua", "") == FLOOR_UA and started - 1 <= e["t"] <= ended
+            ]
+            floor_phases[name] = phases(samples.rows, times, args.phases)
+        return cpu
+
+    def _run_split(
+        name: str,
+        tag: str,
+        web: Any,
+        url_file: Path,
+        procs: int,
+        pace: list[str],
+        paced: bool,
+        samples: PhaseSamples | None,
+    ) -> float:
         # split as the end-to-end benchmark splits its floors (suite.split_requests): paced, whole
         # hosts per process (a host's delay holds within one process), else dealt out one by one
         entries = [_log_entry(url) for url in url_file.read_text("utf-8").split()]
@@ -331,7 +463,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
                  "--proxy", web.proxy_url, *pace]
             )  # fmt: skip
             logs.append(work / f"{name.replace(' ', '-')}-{tag}-{i}.log")
-        return _run_all(cmds, env, logs)
+        return _run_all(cmds, env, logs, samples)
 
     with running_web(web_root, log_path=work / "requests.jsonl") as web:
         # plain runs in interleaved rounds (the machine's noise hits both alike), each floor
@@ -369,6 +501,9 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             audit = request_stats(
                 entries, HostRules(web_root, gen.hosts()), default_delay=audit_delay
             )
+            if floor_phases:  # --phases: this round's floors (the product's are in its run)
+                rounds[-1]["floor_phases"] = dict(floor_phases)
+                floor_phases.clear()
             rounds[-1]["politeness_violations"] = audit["violations"]
             rounds[-1]["violations_by_kind"] = audit["violations_by_kind"]
             rounds[-1]["min_gap_over_delay"] = audit["min_gap_over_delay"]
@@ -470,6 +605,40 @@ def _floor_split(processes: int) -> str:
     return f" ({processes} processes each floor, split as the end-to-end benchmark splits them)"
 
 
+def phase_table(round_: dict[str, Any]) -> list[str]:
+    """Markdown of a round's phases (`--phases`): each run's CPU per request window by window,
+    with the requests served in the window and the machine's mean load."""
+    runs = {"product": round_.get("phases") or [], **(round_.get("floor_phases") or {})}
+    if not runs["product"]:
+        return []
+    starts = sorted({row["from_s"] for rows in runs.values() for row in rows})
+    lines = [
+        "CPU per request window by window from each run's start (`--phases`; in brackets the "
+        "requests served in the window and the machine's mean load, everything on it counted):",
+        "",
+        "| from s | " + " | ".join(f"{name} ms/request" for name in runs) + " |",
+        "|---:|" + "---:|" * len(runs),
+    ]
+
+    def cell(row: dict[str, Any] | None) -> str:
+        if row is None:
+            return ""
+        ms = "-" if row["ms_per_request"] is None else f"{row['ms_per_request']:.2f}"
+        busy = "" if row["machine_busy"] is None else f", {row['machine_busy']:.0%}"
+        return f"{ms} ({row['requests']:,}{busy})"
+
+    by_start = {name: {row["from_s"]: row for row in rows} for name, rows in runs.items()}
+    for start in starts:
+        cells = [cell(by_start[name].get(start)) for name in runs]
+        lines.append(f"| {start} | " + " | ".join(cells) + " |")
+    totals = []
+    for rows in runs.values():
+        cpu, requests = sum(r["cpu_s"] for r in rows), sum(r["requests"] for r in rows)
+        totals.append(f"**{1000 * cpu / requests:.2f}** ({requests:,})" if requests else "")
+    lines.append("| all | " + " | ".join(totals) + " |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     rows = results["components_ms_per_page"]
     order = [name for name, _ in COMPONENTS] + ["other"]
@@ -521,6 +690,10 @@ def markdown(results: dict[str, Any]) -> str:
             f"{results['answer_paced_floor_ms_per_page']:.2f} ms/page; the product is "
             f"{results['ratio_to_answer_paced_floor']:.2f}x of it (information).",
         ]
+    for n, round_ in enumerate(results.get("rounds_detail") or []):
+        table = phase_table(round_)
+        if table:
+            lines += ["", f"Round {n + 1}. " + table[0], *table[1:]]
     return "\n".join(lines)
 
 
@@ -552,6 +725,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-profile", dest="profile", action="store_false", help="plain runs only"
+    )
+    parser.add_argument(
+        "--phases",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also CPU per request of each plain run window by window (this many seconds each), "
+        "with the machine's load: how the cost moves from the crawl's busy start to its tail",
     )
     parser.add_argument(
         "--commands-target", type=float, help="the check of MongoDB commands per page (<=)"
