@@ -417,10 +417,8 @@ def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny)
     refetch exactly the requests of the crawl, and the CPU counted is theirs together."""
     from bench.e2e import attribution
 
-    args = attribution.parse_args(
-        ["--records", "12", "--rounds", "1", "--workers", "2", "--floor-processes", "2"]
-        + ["--phases", "1"]
-    )
+    options = ["--records", "12", "--rounds", "1", "--workers", "2", "--floor-processes", "2"]
+    args = attribution.parse_args([*options, "--phases", "1"])
     results = attribution.run(args, gen=tiny)
     work = Path(results["work_dir"])
     crawled = (work / "urls-0.txt").read_text("utf-8").split()
