@@ -443,7 +443,8 @@ def test_cpu_attribution_splits_the_floor_as_the_end_to_end_benchmark_does(tiny)
     assert sum(row["requests"] for row in floor_phases) == len(crawled)
     for rows, cpu in ((product_phases, round_["cpu_s"]), (floor_phases, round_["floor_cpu_s"])):
         assert 0 < sum(row["cpu_s"] for row in rows) <= cpu + 0.05, (rows, cpu)
-        assert [row["from_s"] for row in rows] == sorted(row["from_s"] for row in rows)
+    # the windows count from the run's start (1 s each): none beyond the product's wall time
+    assert max(row["from_s"] for row in product_phases) <= round_["wall_s"] + 1
     assert "product ms/request | floor ms/request" in attribution.markdown(results)
 
 
