@@ -239,6 +239,11 @@ def _phase_samples(args: argparse.Namespace, profiled: bool) -> PhaseSamples | N
     return PhaseSamples(min(PHASE_SAMPLE_S, args.phases / 4))
 
 
+def _times(served: list[dict[str, Any]], ua: str, t0: float, t1: float) -> list[float]:
+    """Times of the requests of User-Agent `ua` the web served from `t0` (less a second) to `t1`."""
+    return [e["t"] for e in served if e.get("ua", "") == ua and t0 - 1 <= e["t"] <= t1]
+
+
 def phases(
     samples: list[dict[str, float]], request_times: list[float], window: float
 ) -> list[dict[str, Any]]:
@@ -405,7 +410,9 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
     # Crawl-delay (else the spec's default delay), one request at a time per host
     delays_file = gen.write_delays(work / "delays.json", spec.crawl.default_delay)
     audit_delay = spec.crawl.default_delay
-    floor_phases: dict[str, list[dict[str, Any]]] = {}  # the last run of each floor -> phases
+    # --phases: each floor run of the round -> (its start, end, samples), set against the log when
+    # the round reads it for the audit
+    floor_runs: dict[str, tuple[float, float, PhaseSamples]] = {}
 
     def floor(
         tag: str,
@@ -432,13 +439,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         else:
             cpu = _run_split(name, tag, web, url_file, procs, pace, paced, samples)
         if samples is not None:
-            ended = time.time()
-            times = [
-                e["t"]
-                for e in read_log(web.log_path)
-                if e.get("ua", "") == FLOOR_UA and started - 1 <= e["t"] <= ended
-            ]
-            floor_phases[name] = phases(samples.rows, times, args.phases)
+            floor_runs[name] = (started, time.time(), samples)
         return cpu
 
     def _run_split(
@@ -492,8 +493,9 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
                 )
                 rounds[-1]["answer_paced_floor_cpu_s"] = round(answer_cpu, 3)
                 rounds[-1]["ratio_to_answer_paced_floor"] = round(product["cpu_s"] / answer_cpu, 3)
+            served = read_log(web.log_path)
             entries = select_requests(
-                read_log(web.log_path),
+                served,
                 ua_prefix=PRODUCT_UA_PREFIX,
                 t0=product["started"] - 1,
                 t1=product["ended"] + 1,
@@ -501,9 +503,12 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             audit = request_stats(
                 entries, HostRules(web_root, gen.hosts()), default_delay=audit_delay
             )
-            if floor_phases:  # --phases: this round's floors (the product's are in its run)
-                rounds[-1]["floor_phases"] = dict(floor_phases)
-                floor_phases.clear()
+            if floor_runs:  # --phases: this round's floors (the product's are in its run)
+                rounds[-1]["floor_phases"] = {
+                    name: phases(samples.rows, _times(served, FLOOR_UA, t0, t1), args.phases)
+                    for name, (t0, t1, samples) in floor_runs.items()
+                }
+                floor_runs.clear()
             rounds[-1]["politeness_violations"] = audit["violations"]
             rounds[-1]["violations_by_kind"] = audit["violations_by_kind"]
             rounds[-1]["min_gap_over_delay"] = audit["min_gap_over_delay"]
