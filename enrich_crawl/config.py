@@ -53,6 +53,12 @@ def chromium_path() -> str:
     return os.environ.get("ENRICH_CHROMIUM") or DEFAULT_CHROMIUM
 
 
+def crawl_allocator() -> str:
+    """The crawl workers' memory allocator: `auto` (jemalloc when installed), `system`, or the path
+    of a malloc library to preload (enrich_crawl.crawl.allocator)."""
+    return os.environ.get("ENRICH_CRAWL_ALLOCATOR", "").strip() or "auto"
+
+
 def http_proxy() -> str | None:
     return os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY") or None
 

@@ -499,3 +499,27 @@ def test_loop_turns_counts_the_turns_and_what_starts_them(tmp_path):
     # the task's first step, then its wake-up inside asyncio.sleep (the coroutine it waits in)
     assert dict(turns["all"])["task:main"] == 1 and dict(turns["all"])["task:sleep"] == 1
     assert turns["iterations"] == sum(turns["kinds"].values()) >= 5
+
+
+def test_split_ab_runs_two_arms_of_workers_in_one_fleet(tiny):
+    """bench.e2e.split_ab: the workers of one fleet in two arms by environment; each arm's CPU
+    and pages are its own workers' (here: the allocator, which stats.json names)."""
+    from bench.e2e import split_ab
+
+    fleet = split_ab.run_fleet(
+        tiny,
+        12,
+        2,
+        {1},
+        {"ENRICH_CRAWL_ALLOCATOR": "system"},
+        {"ENRICH_CRAWL_ALLOCATOR": "auto"},
+        lambda _msg: None,
+    )
+    shards = fleet["shards"]
+    assert {s: r["arm"] for s, r in shards.items()} == {"s00": "A", "s01": "B"}
+    assert shards["s00"]["allocator"] == "system" and shards["s01"]["allocator"] == "jemalloc"
+    for arm in ("A", "B"):
+        totals = fleet["arms"][arm]
+        assert totals["workers"] == 1 and totals["pages"] > 0 and totals["cpu_s"] > 0
+        mine = [r for r in shards.values() if r["arm"] == arm]
+        assert totals["ms_per_page"] == round(1000 * mine[0]["cpu_s"] / mine[0]["pages"], 4)

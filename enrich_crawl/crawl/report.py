@@ -16,6 +16,7 @@ from typing import Any
 
 from scrapy.crawler import Crawler
 
+from enrich_crawl.crawl import allocator
 from enrich_crawl.crawl.context import CrawlContext
 from enrich_crawl.crawl.frontier import Frontier
 from enrich_crawl.crawl.middlewares.politeness import RobotsMiddleware, Throttle
@@ -65,6 +66,7 @@ class CrawlReport:
         self.rendering = rendering
         self.started = time.monotonic()
         self.started_wall = time.time()
+        self.allocator = allocator.in_use()  # jemalloc or the system's (allocator.py)
 
     async def progress_loop(
         self, crawler: Crawler, progress: Callable[[dict[str, Any]], None] | None
@@ -159,4 +161,5 @@ class CrawlReport:
             "pages_per_second": round(counts["pages"] / elapsed, 3),
             "pages_per_resolved_record": round(counts["pages"] / resolved, 3) if resolved else None,
             "peak_rss_mb": peak_rss_mb(),
+            "allocator": self.allocator,
         }

@@ -199,6 +199,10 @@ def _format_progress(stats: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from enrich_crawl.crawl import allocator
+
+    # jemalloc, when the machine has it: re-executes this process once (see allocator.py)
+    allocator.ensure(config.crawl_allocator())
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--params", help="JSON file of WorkerParams (without Dagster Pipes)")
     args = parser.parse_args(argv)

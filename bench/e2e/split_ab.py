@@ -1,0 +1,211 @@
+"""Two variants of the crawl worker in one fleet: an A/B of a few percent on a noisy machine.
+
+Runs of the same fleet on this shared 2-core machine differ by up to a fifth in CPU per page, so
+two runs one after the other cannot show a change of 5-10 %. Here the N workers of one polite fleet
+run at once on N shards of the benchmark's records, one database, as in `bench.e2e.attribution
+--workers N`, but each worker gets the environment of arm A or arm B (`--b-shards`): both arms share
+the machine's load second by second. Each worker's CPU is its own (user+sys from wait4), its pages
+its stats.json; an arm's CPU per page is its workers' CPU over their pages. `--swap` runs the
+fleet a second time with the arms' shards exchanged, so that the shards' own differences cancel.
+
+    python -m bench.e2e.split_ab --records 4000 --b-shards 0,2,4,6 --swap \\
+        --a-env ENRICH_CRAWL_ALLOCATOR=system --b-env ENRICH_CRAWL_ALLOCATOR=auto --tag allocator
+
+Writes `bench/results/split-ab-<date>-<tag>.json` with a check `arm_b_cpu_per_page_vs_arm_a`
+(B's CPU per page over A's, < 1: B is cheaper; both runs and their mean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import generate as gen_mod
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pairs(values: list[str]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"split_ab: expected KEY=VALUE, got {value!r}")
+        out[key] = val
+    return out
+
+
+def run_fleet(
+    gen: gen_mod.Generated,
+    records: int,
+    workers: int,
+    b_shards: set[int],
+    env_a: dict[str, str],
+    env_b: dict[str, str],
+    say: Any,
+) -> dict[str, Any]:
+    """One fleet: each shard's arm, CPU (s), pages and peak RSS."""
+    from enrich_crawl import config
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.dataset.load import prepare_dataset
+    from enrich_crawl.dataset.spec import load_spec
+    from enrich_crawl.staging import DatasetStage
+    from enrich_crawl.testing.services import ephemeral_mongo
+    from enrich_crawl.virtualweb import running_web
+
+    truth = sorted(gen.truth())
+    step = max(1, len(truth) // records)
+    spec_path = gen_mod.subset(gen, f"attribution{records}", truth[::step][:records], crawl=None)
+    spec = load_spec(spec_path)
+    work = Path(tempfile.mkdtemp(prefix="bench-split-ab-"))
+    shards = [f"s{n:02d}" for n in range(workers)]
+    stage = DatasetStage(work / "stage", spec.name)
+    prepare_dataset(spec, stage, shards)
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONWARNINGS"] = "ignore"
+    rows: dict[str, dict[str, Any]] = {}
+    with running_web(gen.web, log_path=work / "requests.jsonl") as web, ephemeral_mongo() as mongo:
+        procs: dict[int, tuple[str, str]] = {}
+        say(f"{workers} workers on {records} records, arm B on shards {sorted(b_shards)} ...")
+        started = time.time()
+        for i, shard in enumerate(shards):
+            params = WorkerParams(
+                dataset=spec.name,
+                partition=shard,
+                seed_path=str(stage.seed_shard(shard)),
+                out_dir=str(work / "crawl" / shard),
+                mappings_dir=str(spec_path.parent / "mappings"),
+                field_types=spec.field_types(),
+                crawl=spec.crawl.to_dict(),
+                run_id="split-ab",
+                user_agent=config.user_agent(),
+                proxy=web.proxy_url,
+                mongo_uri=mongo.uri,
+                mongo_db="split_ab",
+                log_level="WARNING",
+            )
+            params_path = work / f"params-{shard}.json"
+            params_path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
+            arm = "B" if i in b_shards else "A"
+            with open(work / f"{shard}.log", "w", encoding="utf-8") as log:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "enrich_crawl.crawl.worker",
+                        "--params",
+                        str(params_path),
+                    ],
+                    env={**env, **(env_b if arm == "B" else env_a)},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            procs[proc.pid] = (arm, shard)
+        while procs:
+            pid, status, usage = os.wait4(-1, 0)
+            if pid not in procs:
+                continue
+            arm, shard = procs.pop(pid)
+            if status:
+                raise SystemExit(f"split_ab: worker {shard} failed (see {work / shard}.log)")
+            stats = json.loads((work / "crawl" / shard / "stats.json").read_text("utf-8"))
+            rows[shard] = {
+                "arm": arm,
+                "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                "pages": stats["pages"],
+                "peak_rss_mb": stats["peak_rss_mb"],
+                "allocator": stats.get("allocator"),
+            }
+    arms = {}
+    for arm in "AB":
+        mine = [r for r in rows.values() if r["arm"] == arm]
+        cpu, pages = sum(r["cpu_s"] for r in mine), sum(r["pages"] for r in mine)
+        arms[arm] = {
+            "workers": len(mine),
+            "cpu_s": round(cpu, 3),
+            "pages": pages,
+            "ms_per_page": round(1000 * cpu / max(pages, 1), 4),
+            "peak_rss_mb": max((r["peak_rss_mb"] for r in mine), default=None),
+        }
+    return {"wall_s": round(time.time() - started, 1), "shards": rows, "arms": arms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=4000)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--b-shards", default="0,2,4,6", help="shard numbers of arm B")
+    parser.add_argument("--a-env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--swap", action="store_true", help="a second fleet, arms exchanged")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--web-records", type=int, default=20000)
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "enrich_crawl"
+        / "bench-e2e",
+    )
+    parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
+    args = parser.parse_args(argv)
+
+    say = lambda msg: print(f"[split_ab] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    gen = gen_mod.cached(
+        gen_mod.GenConfig(seed=args.seed, hosts=args.hosts, records=args.web_records),
+        args.cache_dir,
+        log=say,
+    )
+    b_shards = {int(n) for n in args.b_shards.split(",") if n.strip()}
+    env_a, env_b = _pairs(args.a_env), _pairs(args.b_env)
+    layouts = [b_shards]
+    if args.swap:
+        layouts.append(set(range(args.workers)) - b_shards)
+    fleets = []
+    for layout in layouts:
+        fleet = run_fleet(gen, args.records, args.workers, layout, env_a, env_b, say)
+        fleet["b_over_a"] = round(
+            fleet["arms"]["B"]["ms_per_page"] / fleet["arms"]["A"]["ms_per_page"], 4
+        )
+        say(f"A {fleet['arms']['A']['ms_per_page']} ms/page, B {fleet['arms']['B']['ms_per_page']}"
+            f" ms/page: B/A {fleet['b_over_a']}")  # fmt: skip
+        fleets.append(fleet)
+    ratios = [f["b_over_a"] for f in fleets]
+    mean = round(sum(ratios) / len(ratios), 4)
+    results = {
+        "date": dt.date.today().isoformat(),
+        "records": args.records,
+        "workers": args.workers,
+        "env_a": env_a,
+        "env_b": env_b,
+        "fleets": fleets,
+        "checks": {
+            "arm_b_cpu_per_page_vs_arm_a": {
+                "value": mean,
+                "runs": ratios,
+                "target": "< 1 in every run",
+                "ok": all(r < 1 for r in ratios),
+            }
+        },
+    }
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    name = f"split-ab-{results['date']}{'-' + args.tag if args.tag else ''}.json"
+    path = args.results_dir / name
+    path.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    say(f"B/A {ratios} (mean {mean}) -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
