@@ -282,12 +282,65 @@ def phases(
     return out
 
 
+def add_web_options(parser: argparse.ArgumentParser) -> None:
+    """The options naming the benchmark's generated web (its cache) and the results folder."""
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hosts", type=int, default=1000, help="hosts of the generated web")
+    parser.add_argument(
+        "--web-records", type=int, default=20000, help="records of the generated dataset"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "enrich_crawl"
+        / "bench-e2e",
+    )
+    parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
+
+
+def write_worker_params(
+    path: Path,
+    *,
+    spec_path: Path,
+    stage: Any,
+    shard: str,
+    out_dir: Path,
+    run_id: str,
+    proxy: str,
+    mongo_uri: str,
+    mongo_db: str,
+) -> Path:
+    """The params file of one crawl worker (`python -m enrich_crawl.crawl.worker --params`, no
+    Dagster) crawling shard `shard` of the benchmark subset `spec_path`, staged in `stage`."""
+    from enrich_crawl import config
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.dataset.spec import load_spec
+
+    spec = load_spec(spec_path)
+    params = WorkerParams(
+        dataset=spec.name,
+        partition=shard,
+        seed_path=str(stage.seed_shard(shard)),
+        out_dir=str(out_dir),
+        mappings_dir=str(spec_path.parent / "mappings"),
+        field_types=spec.field_types(),
+        crawl=spec.crawl.to_dict(),
+        run_id=run_id,
+        user_agent=config.user_agent(),
+        proxy=proxy,
+        mongo_uri=mongo_uri,
+        mongo_db=mongo_db,
+        log_level="WARNING",
+    )
+    path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
+    return path
+
+
 def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[str, Any]:
     """Both systems, plain and profiled, on `args.records` records of `gen` (default: the
     benchmark's generated web for `args.seed`, `args.hosts`, `args.web_records`)."""
     from bench.e2e.measure import HostRules, request_stats, select_requests
-    from enrich_crawl import config
-    from enrich_crawl.crawl.params import WorkerParams
     from enrich_crawl.dataset.load import prepare_dataset
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
@@ -345,23 +398,17 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
         with ephemeral_mongo() as mongo:  # a fresh database: nothing reused from a run before
             commands = []
             for shard in shards:
-                params = WorkerParams(
-                    dataset=spec.name,
-                    partition=shard,
-                    seed_path=str(stage.seed_shard(shard)),
-                    out_dir=str(work / f"crawl-{tag}" / shard),
-                    mappings_dir=str(spec_path.parent / "mappings"),
-                    field_types=spec.field_types(),
-                    crawl=spec.crawl.to_dict(),
+                params_path = write_worker_params(
+                    work / f"params-{tag}-{shard}.json",
+                    spec_path=spec_path,
+                    stage=stage,
+                    shard=shard,
+                    out_dir=work / f"crawl-{tag}" / shard,
                     run_id=f"attribution-{tag}",
-                    user_agent=config.user_agent(),
                     proxy=web.proxy_url,
                     mongo_uri=mongo.uri,
                     mongo_db="attribution",
-                    log_level="WARNING",
                 )
-                params_path = work / f"params-{tag}-{shard}.json"
-                params_path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
                 module = ["-m"] if profiled else []
                 commands.append(
                     [sys.executable, *runner, *module, "enrich_crawl.crawl.worker",
@@ -743,19 +790,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--commands-target", type=float, help="the check of MongoDB commands per page (<=)"
     )
     parser.add_argument("--tag", help="a suffix of the results' file names (before, after ...)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--hosts", type=int, default=1000, help="hosts of the generated web")
-    parser.add_argument(
-        "--web-records", type=int, default=20000, help="records of the generated dataset"
-    )
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "enrich_crawl"
-        / "bench-e2e",
-    )
-    parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
+    add_web_options(parser)
     parser.add_argument("--keep", action="store_true", help="keep the seed shard in the work dir")
     return parser.parse_args(argv)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e import generate as gen_mod
+from bench.e2e.attribution import add_web_options, write_worker_params
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,8 +54,6 @@ def run_fleet(
     say: Any,
 ) -> dict[str, Any]:
     """One fleet: each shard's arm, CPU (s), pages and peak RSS."""
-    from enrich_crawl import config
-    from enrich_crawl.crawl.params import WorkerParams
     from enrich_crawl.dataset.load import prepare_dataset
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
@@ -78,23 +77,17 @@ def run_fleet(
         say(f"{workers} workers on {records} records, arm B on shards {sorted(b_shards)} ...")
         started = time.time()
         for i, shard in enumerate(shards):
-            params = WorkerParams(
-                dataset=spec.name,
-                partition=shard,
-                seed_path=str(stage.seed_shard(shard)),
-                out_dir=str(work / "crawl" / shard),
-                mappings_dir=str(spec_path.parent / "mappings"),
-                field_types=spec.field_types(),
-                crawl=spec.crawl.to_dict(),
+            params_path = write_worker_params(
+                work / f"params-{shard}.json",
+                spec_path=spec_path,
+                stage=stage,
+                shard=shard,
+                out_dir=work / "crawl" / shard,
                 run_id="split-ab",
-                user_agent=config.user_agent(),
                 proxy=web.proxy_url,
                 mongo_uri=mongo.uri,
                 mongo_db="split_ab",
-                log_level="WARNING",
             )
-            params_path = work / f"params-{shard}.json"
-            params_path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
             arm = "B" if i in b_shards else "A"
             with open(work / f"{shard}.log", "w", encoding="utf-8") as log:
                 proc = subprocess.Popen(
@@ -148,17 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--swap", action="store_true", help="a second fleet, arms exchanged")
     parser.add_argument("--tag", default="")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--hosts", type=int, default=1000)
-    parser.add_argument("--web-records", type=int, default=20000)
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        / "enrich_crawl"
-        / "bench-e2e",
-    )
-    parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
+    add_web_options(parser)
     args = parser.parse_args(argv)
 
     say = lambda msg: print(f"[split_ab] {msg}", file=sys.stderr, flush=True)  # noqa: E731
