@@ -302,6 +302,7 @@ def add_web_options(parser: argparse.ArgumentParser) -> None:
 def write_worker_params(
     path: Path,
     *,
+    spec: Any,
     spec_path: Path,
     stage: Any,
     shard: str,
@@ -312,12 +313,11 @@ def write_worker_params(
     mongo_db: str,
 ) -> Path:
     """The params file of one crawl worker (`python -m enrich_crawl.crawl.worker --params`, no
-    Dagster) crawling shard `shard` of the benchmark subset `spec_path`, staged in `stage`."""
+    Dagster) crawling shard `shard` of the benchmark subset `spec` (loaded from `spec_path`),
+    staged in `stage`."""
     from enrich_crawl import config
     from enrich_crawl.crawl.params import WorkerParams
-    from enrich_crawl.dataset.spec import load_spec
 
-    spec = load_spec(spec_path)
     params = WorkerParams(
         dataset=spec.name,
         partition=shard,
@@ -400,6 +400,7 @@ def run(args: argparse.Namespace, gen: gen_mod.Generated | None = None) -> dict[
             for shard in shards:
                 params_path = write_worker_params(
                     work / f"params-{tag}-{shard}.json",
+                    spec=spec,
                     spec_path=spec_path,
                     stage=stage,
                     shard=shard,

@@ -79,6 +79,7 @@ def run_fleet(
         for i, shard in enumerate(shards):
             params_path = write_worker_params(
                 work / f"params-{shard}.json",
+                spec=spec,
                 spec_path=spec_path,
                 stage=stage,
                 shard=shard,
