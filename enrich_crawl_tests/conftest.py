@@ -40,6 +40,15 @@ python_logs:
 """
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the test item (`item.rep_setup`, `rep_call`, `rep_teardown`), so that
+    a fixture can tell in its teardown whether its test failed (the UI tests keep a screenshot)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 def _missing(exc: MissingServiceBinary) -> None:
     if os.environ.get("ENRICH_REQUIRE_SERVICES") == "1":
         pytest.fail(f"required service missing: {exc}")

@@ -127,7 +127,9 @@ def dagster_dev(tmp_path_factory, mongo_server):
 
 
 @pytest.fixture
-def page():
+def page(request):
+    """A Chromium page; when its test fails, what the page showed goes to
+    test-artifacts/ui-failed-<test>.png."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -137,6 +139,10 @@ def page():
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.set_default_timeout(60_000)
             yield page
+            report = getattr(request.node, "rep_call", None)
+            if report is not None and report.failed:
+                with contextlib.suppress(Exception):
+                    page.screenshot(path=str(ARTIFACTS / f"ui-failed-{request.node.name}.png"))
         finally:
             browser.close()
 
@@ -154,10 +160,23 @@ def _open_group(page, dev: DagsterDev) -> None:
 
 
 def _launch_partition(page, key: str) -> None:
-    """Materialize all… -> Custom partition selection -> `key` -> Launch 1 run."""
+    """Materialize all… -> Custom partition selection -> `key` -> Launch 1 run.
+
+    The picker is clicked again while the list does not show `key`: on a loaded machine the
+    dialog can still be loading its partitions when the picker is first clicked, and that click
+    is lost or opens an empty list (a click then closes it, the next opens it again)."""
     page.get_by_text("Materialize all").click()
-    page.get_by_text("Select a partition or create one").click()
-    page.get_by_text(key, exact=True).first.click()
+    picker = page.get_by_text("Select a partition or create one")
+    option = page.get_by_text(key, exact=True).first
+    for attempt in range(5):
+        picker.click()
+        try:
+            option.wait_for(state="visible", timeout=10_000 * (attempt + 1))
+            break
+        except Exception:  # playwright's TimeoutError: click the picker again
+            if attempt == 4:
+                raise
+    option.click()
     page.keyboard.press("Escape")
     page.get_by_role("button", name="Launch 1 run").click()
 
