@@ -162,9 +162,12 @@ def _open_group(page, dev: DagsterDev) -> None:
 def _launch_partition(page, key: str) -> None:
     """Materialize all… -> Custom partition selection -> `key` -> Launch 1 run.
 
-    The picker is clicked again while the list does not show `key`: on a loaded machine the
-    dialog can still be loading its partitions when the picker is first clicked, and that click
-    is lost or opens an empty list (a click then closes it, the next opens it again)."""
+    The picker is clicked again while the list does not show `key`: once in CI (a loaded machine)
+    the list never showed it, most likely because the dialog was still loading its partitions
+    when the picker was first clicked, so that the click was lost or opened an empty list (a
+    click then closes it, the next opens it again)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.get_by_text("Materialize all").click()
     picker = page.get_by_text("Select a partition or create one")
     option = page.get_by_text(key, exact=True).first
@@ -173,7 +176,7 @@ def _launch_partition(page, key: str) -> None:
         try:
             option.wait_for(state="visible", timeout=10_000 * (attempt + 1))
             break
-        except Exception:  # playwright's TimeoutError: click the picker again
+        except PlaywrightTimeout:  # click the picker again
             if attempt == 4:
                 raise
     option.click()
