@@ -91,7 +91,7 @@ def e2e_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma list of parts to leave out: product,seed,bfs,floor,paced_floor,scaling,rss",
+        help="comma list of parts to leave out: product,seed,bfs,floor,paced_floor,answer_paced_floor,scaling,rss",
     )
     parser.add_argument("--no-plugins", action="store_true", help="leave out the Python docs host")
     parser.add_argument("--cache-dir", type=Path, help="where generated webs are kept")

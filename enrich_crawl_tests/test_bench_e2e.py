@@ -277,6 +277,36 @@ def test_bench_cli_parses():
     assert result.returncode == 0 and "--quick" in result.stdout
 
 
+def test_checks_hold_the_product_to_the_paced_floor_and_show_the_answer_paced_one():
+    """The verdicts of one run: issue #21's checks against the paced floor (delays from the
+    send), the floor as polite as the product (delays from the answer) beside them as
+    information, and each paced floor's own politeness audit; the unpaced floor gets none."""
+    from bench.e2e.suite import SystemResult, checks
+
+    def system(name, cpu_s, violations, roles=None):
+        log = {"pages": 1000, "violations": violations}
+        metrics = {"cpu_s": cpu_s, "wall_s": 100.0, "cpu_by_role_s": roles or {}}
+        return SystemResult(name, metrics, log, {"accuracy": 1.0, "resolved_records": 300})
+
+    verdicts = checks(
+        [
+            system("product", 9.0, 0, {"crawl_worker": 8.0, "dagster": 1.0}),
+            system("cpu_floor", 4.0, None),
+            system("cpu_floor_paced", 5.0, 412),
+            system("cpu_floor_answer_paced", 6.0, 0),
+        ],
+        {},
+    )
+    assert verdicts["cpu_per_page_vs_paced_floor"] == {"value": 1.8, "target": "<= 1.5", "ok": False}
+    assert verdicts["crawl_worker_cpu_per_page_vs_paced_floor"]["value"] == 1.6
+    assert verdicts["cpu_per_page_vs_answer_paced_floor"]["value"] == 1.5
+    assert verdicts["crawl_worker_cpu_per_page_vs_answer_paced_floor"]["value"] == 1.333
+    assert verdicts["cpu_per_page_vs_answer_paced_floor"]["ok"] is None  # information only
+    assert verdicts["floor_paced_politeness_violations"]["value"] == 412
+    assert verdicts["floor_answer_paced_politeness_violations"]["value"] == 0
+    assert not any(name.startswith("floor_politeness") for name in verdicts)
+
+
 def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny):
     """bench.e2e.attribution on the tiny web: a real crawl worker and the floor, plain and under
     cProfile; the product's components add up to its CPU per page, and only the product spends

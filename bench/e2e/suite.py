@@ -176,6 +176,12 @@ class Suite:
                 paced = self._guarded("paced floor", self.floor, product, paced=True)
                 if paced is not None:
                     self.systems.append(paced)
+            if "answer_paced_floor" not in skip and product is not None:
+                answer_paced = self._guarded(
+                    "answer-paced floor", self.floor, product, paced=True, from_answer=True
+                )
+                if answer_paced is not None:
+                    self.systems.append(answer_paced)
             # a part that fails is reported as failed; the figures of the others are kept
             if "rss" not in skip and product is not None and self.cfg.rss_small_records:
                 self.results["rss_check"] = self._guarded("rss check", self.rss_check, product)
@@ -521,11 +527,15 @@ class Suite:
 
     # -- CPU floor -------------------------------------------------------------------------------------
 
-    def floor(self, product: SystemResult, *, paced: bool = False) -> SystemResult:
+    def floor(
+        self, product: SystemResult, *, paced: bool = False, from_answer: bool = False
+    ) -> SystemResult:
         """The CPU floor on the product's requests (the check's floor), or with `paced` the same
-        requests crawled politely by the same bare spider (information): one request at a time per
-        host, each host's Crawl-delay (else the spec's default delay) between its sends, every host
-        in one process."""
+        requests crawled at the pace of politeness by the same bare spider: one request at a time
+        per host, each host's Crawl-delay (else the spec's default delay) between its sends, every
+        host in one process; with `from_answer` too, each delay counted from the answer to the
+        host's last request, as the product counts it and as the politeness audit checks it. The
+        paced floors are audited like the product (their `violations`, information)."""
         everything = product.log["_entries"]
         step = (
             max(1, -(-len(everything) // self.cfg.floor_requests)) if self.cfg.floor_requests else 1
@@ -533,7 +543,11 @@ class Suite:
         entries = everything[::step]  # an even sample over the run: the same mix of pages
         share = len(entries) / len(everything) if everything else 1.0
         procs = self.cfg.processes
-        name = "cpu_floor_paced" if paced else "cpu_floor"
+        name = (
+            "cpu_floor_answer_paced"
+            if paced and from_answer
+            else ("cpu_floor_paced" if paced else "cpu_floor")
+        )
         url_files = []
         for i, urls in enumerate(split_requests(entries, procs, by_host=paced)):
             path = self.work / name / f"urls-{i}.txt"
@@ -541,12 +555,13 @@ class Suite:
             path.write_text("\n".join(urls) + "\n", encoding="utf-8")
             url_files.append(path)
         pace: list[str] = []
+        default_delay = 0.0
         if paced:
             from enrich_crawl.dataset.spec import load_spec
 
             default_delay = load_spec(self.gen.spec).crawl.default_delay  # as the product reads it
             delays = self.gen.write_delays(self.work / name / "delays.json", default_delay)
-            pace = ["--delays", str(delays)]
+            pace = ["--delays", str(delays)] + (["--from-answer"] if from_answer else [])
         env = {
             k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")
         }
@@ -568,16 +583,20 @@ class Suite:
             )
             for i, path in enumerate(url_files)
         ]
-        what = "paced CPU floor" if paced else "CPU floor"
+        what = ("answer-paced" if from_answer else "paced") + " CPU floor" if paced else "CPU floor"
         self.say(f"{what}: {len(entries)} requests of the product, {procs} processes ...")
         metrics = run_parallel(
             jobs, log_dir=self.work / "logs", env=env, timeout=self.cfg.run_timeout
         )
-        log = self._log_stats(metrics, FLOOR_UA.split(" ")[0], 0.0, web_root=self.gen.web)
+        log = self._log_stats(metrics, FLOOR_UA.split(" ")[0], default_delay, web_root=self.gen.web)
         # per page of the product (robots.txt requests are refetched too, as the product made
-        # them); with a sample, its share of the product's pages
+        # them); with a sample, its share of the product's pages. The unpaced floor is impolite by
+        # design (no verdict); a paced floor is audited as the product is, for information: one
+        # paced from the sends answers again as soon as an answer slower than the delay is in
         pages = round(product.log["pages"] * share)
-        log = {**log, "pages": pages, "violations": None}
+        log = {**log, "pages": pages}
+        if not paced or share < 1.0:  # a sample's gaps are not the crawl's
+            log["violations"] = None
         result = SystemResult(
             name,
             metrics.to_dict(),
@@ -711,6 +730,12 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
         rows.get("bfs_baseline"),
         rows.get("cpu_floor"),
     )
+    # the crawl workers' CPU alone (their role in the product's process tree)
+    worker_cpu = next(
+        (s.metrics.get("cpu_by_role_s", {}).get("crawl_worker") for s in systems
+         if s.name == "product"),
+        None,
+    )  # fmt: skip
     verdicts: dict[str, Any] = {}
 
     def check(name: str, value: Any, target: str, ok: bool | None) -> None:
@@ -756,11 +781,6 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
     if product and floor:
         ratio = _ratio(product["cpu_ms_per_page"], floor["cpu_ms_per_page"])
         check("cpu_per_page_vs_floor", ratio, "<= 1.3", None if ratio is None else ratio <= 1.3)
-        worker_cpu = (
-            next(s for s in systems if s.name == "product")
-            .metrics.get("cpu_by_role_s", {})
-            .get("crawl_worker")
-        )
         db_cpu = next(s for s in systems if s.name == "product").extra.get("db_server_cpu_s")
         if db_cpu is not None and product["pages"]:
             ms = (product["cpu_s"] + db_cpu) / product["pages"] * 1000
@@ -784,13 +804,8 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
         # issue #21: the full pipeline <= 1.5x, the crawl workers alone <= 1.3x the paced floor
         full = _ratio(product["cpu_ms_per_page"], paced["cpu_ms_per_page"])
         check("cpu_per_page_vs_paced_floor", full, "<= 1.5", full is not None and full <= 1.5)
-        workers = (
-            next(s for s in systems if s.name == "product")
-            .metrics.get("cpu_by_role_s", {})
-            .get("crawl_worker")
-        )
-        if workers and product["pages"]:
-            alone = _ratio(workers / product["pages"] * 1000, paced["cpu_ms_per_page"])
+        if worker_cpu and product["pages"]:
+            alone = _ratio(worker_cpu / product["pages"] * 1000, paced["cpu_ms_per_page"])
             check(
                 "crawl_worker_cpu_per_page_vs_paced_floor",
                 alone,
@@ -802,6 +817,32 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
                 "paced_floor_vs_floor",
                 _ratio(paced["cpu_ms_per_page"], floor["cpu_ms_per_page"]),
                 "(information: what politeness alone costs the floor)",
+                None,
+            )
+    answer_paced = rows.get("cpu_floor_answer_paced")
+    if product and answer_paced:
+        # information: the bare spider held to the product's politeness rule (each host's delay
+        # from the answer, as the audit checks it); the paced floor counts it from the send
+        check(
+            "cpu_per_page_vs_answer_paced_floor",
+            _ratio(product["cpu_ms_per_page"], answer_paced["cpu_ms_per_page"]),
+            "(information: the floor as polite as the product)",
+            None,
+        )
+        if worker_cpu and product["pages"]:
+            check(
+                "crawl_worker_cpu_per_page_vs_answer_paced_floor",
+                _ratio(worker_cpu / product["pages"] * 1000, answer_paced["cpu_ms_per_page"]),
+                "(information: the floor as polite as the product)",
+                None,
+            )
+    for name in ("cpu_floor_paced", "cpu_floor_answer_paced"):
+        row = rows.get(name)
+        if row and row.get("violations") is not None:
+            check(
+                f"{name.removeprefix('cpu_')}_politeness_violations",
+                row["violations"],
+                "(information: the audit of the product's politeness applied to the floor)",
                 None,
             )
     scaling = (results.get("scaling") or {}).get("politeness_bound", {}).get("series", [])
@@ -914,8 +955,11 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         "records: records attempted (the baselines stop at their budget); resolved: every findable "
         "missing field correct; CPU: user+sys of the whole process tree; cpu_floor: the product's "
         "requests fetched again by a bare Scrapy spider parsing each page once with lxml, per page of "
-        "the product; cpu_floor_paced (information): the same spider on the same requests, politely "
-        "(one request at a time per host, each host's Crawl-delay between its sends).",
+        "the product; cpu_floor_paced: the same spider on the same requests at the pace of "
+        "politeness (one request at a time per host, each host's Crawl-delay between its sends); "
+        "cpu_floor_answer_paced (information): the same, each delay counted from the answer to "
+        "the host's last request, as the product counts it (the paced floors' violations: the "
+        "product's politeness audit applied to them).",
         "",
     ]
     for s in results.get("systems", []):
@@ -959,7 +1003,7 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
     violations = [
         (s["name"], s["log"].get("violations_by_kind"))
         for s in results.get("systems", [])
-        if s["log"].get("violations_by_kind") and not s["name"].startswith("cpu_floor")
+        if s["log"].get("violations_by_kind") and s["log"].get("violations") is not None
     ]
     if violations:
         lines += ["Politeness violations by kind:", ""]
