@@ -143,6 +143,25 @@ def test_truth_matches_what_the_mappings_extract(tiny):
     assert checked > 40
 
 
+def test_paced_floor_delays_are_what_the_robots_txt_publishes(tiny, tmp_path):
+    """The paced floors' delays file gives each host the delay the politeness audit holds the
+    product to: the Crawl-delay its robots.txt publishes, else the spec's default, also where the
+    model drew a delay for a host that serves no robots.txt or one that cannot be read."""
+    from bench.e2e.agents import FLOOR_UA
+
+    delays = json.loads(tiny.write_delays(tmp_path / "delays.json", 1.5).read_text())
+    hosts = tiny.hosts()
+    rules = HostRules(tiny.web, hosts)
+    unpublished = [
+        h for h, info in hosts.items()
+        if info.get("robots", "ok") != "ok" and info.get("crawl_delay") not in (None, 1.5)
+    ]  # fmt: skip
+    assert unpublished, "the tiny web has no host whose drawn delay it does not publish"
+    for host in hosts:
+        assert delays["hosts"][host] == rules.rules(host).delay(FLOOR_UA, 1.5), host
+    assert delays["default"] == 1.5
+
+
 def test_web_without_delays_and_subsets(tiny):
     nodelay = gen_mod.web_without_delays(tiny)
     robots = [p for p in nodelay.glob("*/robots.txt")]

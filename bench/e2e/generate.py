@@ -1244,9 +1244,13 @@ class Generated:
 
     def write_delays(self, path: Path, default_delay: float) -> Path:
         """The delays file of the paced floor (`bench.e2e.floor --delays`): each host's
-        Crawl-delay, `default_delay` (the spec's) for a host whose robots.txt gives none."""
+        Crawl-delay as its robots.txt publishes it, `default_delay` (the spec's) for a host whose
+        robots.txt gives none or cannot be read: the delay the product keeps and the politeness
+        audit checks (a host without a robots.txt has no Crawl-delay, whatever the model drew)."""
         hosts = {
-            host: default_delay if info.get("crawl_delay") is None else info["crawl_delay"]
+            host: default_delay
+            if info.get("crawl_delay") is None or info.get("robots", "ok") != "ok"
+            else info["crawl_delay"]
             for host, info in self.hosts().items()
         }
         path.parent.mkdir(parents=True, exist_ok=True)
