@@ -299,7 +299,7 @@ def test_bench_cli_parses():
 def test_checks_hold_the_product_to_the_paced_floor_and_show_the_answer_paced_one():
     """The verdicts of one run: issue #21's checks against the paced floor (delays from the
     send), the floor as polite as the product (delays from the answer) beside them as
-    information, and each paced floor's own politeness audit; the unpaced floor gets none."""
+    information, and each audited paced floor's own politeness violations."""
     from bench.e2e.suite import SystemResult, checks
 
     def system(name, cpu_s, violations, roles=None):
@@ -323,7 +323,10 @@ def test_checks_hold_the_product_to_the_paced_floor_and_show_the_answer_paced_on
     assert verdicts["cpu_per_page_vs_answer_paced_floor"]["ok"] is None  # information only
     assert verdicts["floor_paced_politeness_violations"]["value"] == 412
     assert verdicts["floor_answer_paced_politeness_violations"]["value"] == 0
-    assert not any(name.startswith("floor_politeness") for name in verdicts)
+    # a floor left unaudited (unpaced, or a sample of the requests) gets no politeness figure
+    unaudited = checks([system("product", 9.0, 0), system("cpu_floor_paced", 5.0, None)], {})
+    assert "cpu_per_page_vs_paced_floor" in unaudited
+    assert "floor_paced_politeness_violations" not in unaudited
 
 
 def test_cpu_attribution_splits_a_real_crawl_and_the_floor_into_components(tiny):

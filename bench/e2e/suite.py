@@ -730,12 +730,11 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
         rows.get("bfs_baseline"),
         rows.get("cpu_floor"),
     )
+    product_run = next((s for s in systems if s.name == "product"), None)
     # the crawl workers' CPU alone (their role in the product's process tree)
-    worker_cpu = next(
-        (s.metrics.get("cpu_by_role_s", {}).get("crawl_worker") for s in systems
-         if s.name == "product"),
-        None,
-    )  # fmt: skip
+    worker_cpu = (
+        product_run.metrics.get("cpu_by_role_s", {}).get("crawl_worker") if product_run else None
+    )
     verdicts: dict[str, Any] = {}
 
     def check(name: str, value: Any, target: str, ok: bool | None) -> None:
@@ -781,7 +780,7 @@ def checks(systems: list[SystemResult], results: dict[str, Any]) -> dict[str, An
     if product and floor:
         ratio = _ratio(product["cpu_ms_per_page"], floor["cpu_ms_per_page"])
         check("cpu_per_page_vs_floor", ratio, "<= 1.3", None if ratio is None else ratio <= 1.3)
-        db_cpu = next(s for s in systems if s.name == "product").extra.get("db_server_cpu_s")
+        db_cpu = product_run.extra.get("db_server_cpu_s") if product_run else None
         if db_cpu is not None and product["pages"]:
             ms = (product["cpu_s"] + db_cpu) / product["pages"] * 1000
             check(
