@@ -575,3 +575,37 @@ def test_split_ab_runs_two_arms_of_workers_in_one_fleet(tiny):
         assert totals["workers"] == 1 and totals["pages"] > 0 and totals["cpu_s"] > 0
         mine = [r for r in shards.values() if r["arm"] == arm]
         assert totals["ms_per_page"] == round(1000 * mine[0]["cpu_s"] / mine[0]["pages"], 4)
+
+
+def test_layouts_crawl_the_same_shards_together_apart_and_one_after_the_other(tiny):
+    """bench.e2e.layouts: `fleet` shares one database, `separate` and `alone` give each worker
+    its own, and `alone` runs them one after the other; each run's CPU per page is its workers'
+    CPU over their pages."""
+    from bench.e2e import layouts, split_ab
+
+    assert layouts.parse_series("fleet:8, alone:2,separate") == [
+        ("fleet", 8), ("alone", 2), ("separate", 8)
+    ]  # fmt: skip
+    for bad in ("crowd:8", "fleet:0", "fleet:x", " , "):
+        with pytest.raises(SystemExit):
+            layouts.parse_series(bad)
+    runs = []
+    for layout in ("fleet", "alone", "separate"):
+        fleet = split_ab.run_fleet(tiny, 12, 2, set(), {}, {}, lambda _m: None, layout=layout)
+        databases = {r["database"] for r in fleet["shards"].values()}
+        assert len(databases) == (1 if layout == "fleet" else 2), (layout, databases)
+        if layout == "alone":  # one after the other: the crawls' own seconds fit in the wall time
+            assert sum(r["seconds"] for r in fleet["shards"].values()) <= fleet["wall_s"] + 0.5
+        run = layouts.summarize(layout, 2, fleet)
+        rows = list(fleet["shards"].values())
+        assert run["pages"] == sum(r["pages"] for r in rows) > 0
+        assert run["ms_per_page"] == round(1000 * run["cpu_s"] / run["pages"], 4)
+        runs.append(run)
+    checks = layouts.checks(runs)
+    assert set(checks) == {"cpu_per_page_alone_2_vs_fleet_2", "cpu_per_page_separate_2_vs_fleet_2"}
+    alone = checks["cpu_per_page_alone_2_vs_fleet_2"]
+    assert alone["value"] == round(runs[1]["ms_per_page"] / runs[0]["ms_per_page"], 3)
+    assert alone["ok"] is None  # information
+    assert "| 2 | alone | 2 |" in layouts.markdown(
+        {"name": "t", "records": 12, "runs": runs, "checks": checks}
+    )

@@ -73,3 +73,36 @@ def test_an_idle_message_file_is_read_less_and_less_often(tmp_path):
     closed.set()
     thread.join(5)
     assert not thread.is_alive() and time.monotonic() - started < 1.0  # closing wakes it at once
+
+
+class _StuckHandler:
+    """A message handler that never returns from a message (a run's storage gone away)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def handle_message(self, message: dict) -> None:
+        self.started.set()
+        self.release.wait(30)
+
+    def report_pipes_framework_exception(self, *args) -> None:
+        pass
+
+
+def test_a_stuck_message_handler_does_not_keep_the_step_from_ending(tmp_path, caplog):
+    path = tmp_path / "messages"
+    handler = _StuckHandler()
+    reader = PatientFileMessageReader(str(path), grace=0.5)
+    started = time.monotonic()
+    with (
+        caplog.at_level("WARNING", logger="enrich_crawl.defs.pipes"),
+        reader.read_messages(handler) as params,
+    ):
+        with open(params["path"], "a", encoding="utf-8") as out:
+            out.write('{"method": "log", "params": {}}\n')
+        assert handler.started.wait(5)
+    took = time.monotonic() - started
+    handler.release.set()
+    assert took < 5, took
+    assert "not all handled" in caplog.text and str(path) in caplog.text

@@ -44,6 +44,15 @@ def _pairs(values: list[str]) -> dict[str, str]:
     return out
 
 
+# how the shards of a fleet are crawled (`run_fleet`'s `layout`)
+LAYOUTS = {
+    "fleet": "all at once on one database (hosts shared through the limiter, as in production)",
+    "separate": "all at once, each on its own database (no host shared: a diagnostic only, "
+    "the hosts' delays hold within each worker but not across them)",
+    "alone": "one after the other, each on its own database (no other worker on the machine)",
+}
+
+
 def run_fleet(
     gen: gen_mod.Generated,
     records: int,
@@ -52,8 +61,13 @@ def run_fleet(
     env_a: dict[str, str],
     env_b: dict[str, str],
     say: Any,
+    layout: str = "fleet",
 ) -> dict[str, Any]:
-    """One fleet: each shard's arm, CPU (s), pages and peak RSS."""
+    """One fleet: each shard's arm, CPU (s), pages, seconds and peak RSS. `layout` (LAYOUTS):
+    the workers at once on one database (`fleet`), at once each on its own (`separate`), or one
+    after the other each on its own (`alone`)."""
+    if layout not in LAYOUTS:
+        raise SystemExit(f"split_ab: unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
     from enrich_crawl.dataset.load import prepare_dataset
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
@@ -74,7 +88,31 @@ def run_fleet(
     rows: dict[str, dict[str, Any]] = {}
     with running_web(gen.web, log_path=work / "requests.jsonl") as web, ephemeral_mongo() as mongo:
         procs: dict[int, tuple[str, str]] = {}
-        say(f"{workers} workers on {records} records, arm B on shards {sorted(b_shards)} ...")
+        databases = {
+            shard: "split_ab" if layout == "fleet" else f"split_ab_{shard}" for shard in shards
+        }
+
+        def reap() -> None:
+            while procs:
+                pid, status, usage = os.wait4(-1, 0)
+                if pid not in procs:
+                    continue
+                arm, shard = procs.pop(pid)
+                if status:
+                    raise SystemExit(f"split_ab: worker {shard} failed (see {work / shard}.log)")
+                stats = json.loads((work / "crawl" / shard / "stats.json").read_text("utf-8"))
+                rows[shard] = {
+                    "arm": arm,
+                    "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                    "pages": stats["pages"],
+                    "seconds": stats.get("seconds"),
+                    "database": databases[shard],
+                    "peak_rss_mb": stats["peak_rss_mb"],
+                    "allocator": stats.get("allocator"),
+                }
+
+        arm_b = f", arm B on shards {sorted(b_shards)}" if b_shards else ""
+        say(f"{workers} workers on {records} records ({layout}){arm_b} ...")
         started = time.time()
         for i, shard in enumerate(shards):
             params_path = write_worker_params(
@@ -87,7 +125,7 @@ def run_fleet(
                 run_id="split-ab",
                 proxy=web.proxy_url,
                 mongo_uri=mongo.uri,
-                mongo_db="split_ab",
+                mongo_db=databases[shard],
             )
             arm = "B" if i in b_shards else "A"
             with open(work / f"{shard}.log", "w", encoding="utf-8") as log:
@@ -104,21 +142,9 @@ def run_fleet(
                     stderr=subprocess.STDOUT,
                 )
             procs[proc.pid] = (arm, shard)
-        while procs:
-            pid, status, usage = os.wait4(-1, 0)
-            if pid not in procs:
-                continue
-            arm, shard = procs.pop(pid)
-            if status:
-                raise SystemExit(f"split_ab: worker {shard} failed (see {work / shard}.log)")
-            stats = json.loads((work / "crawl" / shard / "stats.json").read_text("utf-8"))
-            rows[shard] = {
-                "arm": arm,
-                "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                "pages": stats["pages"],
-                "peak_rss_mb": stats["peak_rss_mb"],
-                "allocator": stats.get("allocator"),
-            }
+            if layout == "alone":
+                reap()
+        reap()
     arms = {}
     for arm in "AB":
         mine = [r for r in rows.values() if r["arm"] == arm]
@@ -130,7 +156,12 @@ def run_fleet(
             "ms_per_page": round(1000 * cpu / max(pages, 1), 4),
             "peak_rss_mb": max((r["peak_rss_mb"] for r in mine), default=None),
         }
-    return {"wall_s": round(time.time() - started, 1), "shards": rows, "arms": arms}
+    return {
+        "layout": layout,
+        "wall_s": round(time.time() - started, 1),
+        "shards": rows,
+        "arms": arms,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

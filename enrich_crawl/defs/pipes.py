@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -27,6 +28,8 @@ from dagster_pipes import PipesDefaultMessageWriter
 from pydantic import Field
 
 from enrich_crawl.crawl.params import WorkerParams
+
+logger = logging.getLogger(__name__)
 
 
 def _tree(pid: int) -> list[Any]:
@@ -71,6 +74,10 @@ def terminate_tree(process: subprocess.Popen, timeout: float) -> None:
 # quiet, up to POLL_MAX: a crawl reports every few seconds
 POLL_MIN = 0.01
 POLL_MAX = 0.5
+# how long the step waits, once the crawl is over, for the reader to hand over the messages it
+# still holds: a handler stuck on the run's storage (a run being torn down by Ctrl-C or SIGTERM)
+# must not keep the step, and with it `dagster job execute`, from ending
+READER_GRACE = 30.0
 
 
 class PatientFileMessageReader(dg.PipesMessageReader):
@@ -81,8 +88,9 @@ class PatientFileMessageReader(dg.PipesMessageReader):
     (then reads what is left), and keeps a line the worker has not finished writing for the next
     read. Built on the public reader interface only (read_messages, no_messages_debug_text)."""
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, grace: float = READER_GRACE) -> None:
         self._path = path  # None: a temporary file per session
+        self._grace = grace
 
     @contextlib.contextmanager
     def read_messages(self, handler: dg.PipesMessageHandler) -> Iterator[dict[str, Any]]:
@@ -104,7 +112,14 @@ class PatientFileMessageReader(dg.PipesMessageReader):
                 }
             finally:
                 closed.set()
-                thread.join()
+                thread.join(self._grace)
+                if thread.is_alive():
+                    logger.warning(
+                        "the crawl's Pipes messages were not all handled %.0f s after it ended "
+                        "(%s): the step goes on without the rest",
+                        self._grace,
+                        path,
+                    )
 
     def no_messages_debug_text(self) -> str:
         return "Attempted to read messages from a temporary file written by the crawl worker."
