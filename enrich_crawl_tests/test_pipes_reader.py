@@ -75,16 +75,23 @@ def test_an_idle_message_file_is_read_less_and_less_often(tmp_path):
     assert not thread.is_alive() and time.monotonic() - started < 1.0  # closing wakes it at once
 
 
-class _StuckHandler:
-    """A message handler that never returns from a message (a run's storage gone away)."""
+class _SlowHandler:
+    """A message handler that takes `seconds` over each message; `stuck_at`: never returns from
+    that message (a run's storage gone away)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float = 0.0, stuck_at: int | None = None) -> None:
+        self.seconds = seconds
+        self.stuck_at = stuck_at
         self.release = threading.Event()
         self.started = threading.Event()
+        self.handled: list[dict] = []
 
     def handle_message(self, message: dict) -> None:
         self.started.set()
-        self.release.wait(30)
+        if len(self.handled) == self.stuck_at:
+            self.release.wait(30)
+        time.sleep(self.seconds)
+        self.handled.append(message)
 
     def report_pipes_framework_exception(self, *args) -> None:
         pass
@@ -92,7 +99,7 @@ class _StuckHandler:
 
 def test_a_stuck_message_handler_does_not_keep_the_step_from_ending(tmp_path, caplog):
     path = tmp_path / "messages"
-    handler = _StuckHandler()
+    handler = _SlowHandler(stuck_at=0)
     reader = PatientFileMessageReader(str(path), grace=0.5)
     started = time.monotonic()
     with (
@@ -105,4 +112,22 @@ def test_a_stuck_message_handler_does_not_keep_the_step_from_ending(tmp_path, ca
     took = time.monotonic() - started
     handler.release.set()
     assert took < 5, took
-    assert "not all handled" in caplog.text and str(path) in caplog.text
+    assert "handled no message for" in caplog.text and str(path) in caplog.text
+
+
+def test_a_slow_backlog_is_read_to_its_end_however_long_it_takes(tmp_path, caplog):
+    """The grace counts from the last message handled, not from the end of the crawl: a backlog
+    that keeps moving (a slow run storage) is handed over whole, the final statistics with it."""
+    path = tmp_path / "messages"
+    handler = _SlowHandler(seconds=0.1)
+    reader = PatientFileMessageReader(str(path), grace=0.5)
+    messages = [{"method": "log", "params": {"n": n}} for n in range(12)]  # 1.2 s > the grace
+    with (
+        caplog.at_level("WARNING", logger="enrich_crawl.defs.pipes"),
+        reader.read_messages(handler) as params,
+    ):
+        with open(params["path"], "a", encoding="utf-8") as out:
+            out.writelines(json.dumps(m) + "\n" for m in messages)
+        assert handler.started.wait(5)
+    assert handler.handled == messages
+    assert "handled no message" not in caplog.text

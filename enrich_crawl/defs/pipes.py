@@ -74,9 +74,10 @@ def terminate_tree(process: subprocess.Popen, timeout: float) -> None:
 # quiet, up to POLL_MAX: a crawl reports every few seconds
 POLL_MIN = 0.01
 POLL_MAX = 0.5
-# how long the step waits, once the crawl is over, for the reader to hand over the messages it
-# still holds: a handler stuck on the run's storage (a run being torn down by Ctrl-C or SIGTERM)
-# must not keep the step, and with it `dagster job execute`, from ending
+# once the crawl is over, the step waits for the reader to hand over the messages it still holds
+# for as long as it gets through them, and gives up when none was handled for READER_GRACE
+# seconds: a handler stuck on the run's storage (a run being torn down by Ctrl-C or SIGTERM) must
+# not keep the step, and with it `dagster job execute`, from ending
 READER_GRACE = 30.0
 
 
@@ -100,8 +101,12 @@ class PatientFileMessageReader(dg.PipesMessageReader):
             )
             open(path, "w", encoding="utf-8").close()
             closed = threading.Event()
+            handled = [time.monotonic()]  # when the reader last handled a message
             thread = threading.Thread(
-                target=self._read, args=(path, handler, closed), name="pipes-reader", daemon=True
+                target=self._read,
+                args=(path, handler, closed, handled),
+                name="pipes-reader",
+                daemon=True,
             )
             thread.start()
             try:
@@ -112,22 +117,32 @@ class PatientFileMessageReader(dg.PipesMessageReader):
                 }
             finally:
                 closed.set()
-                thread.join(self._grace)
-                if thread.is_alive():
-                    logger.warning(
-                        "the crawl's Pipes messages were not all handled %.0f s after it ended "
-                        "(%s): the step goes on without the rest",
-                        self._grace,
-                        path,
-                    )
+                handled[0] = time.monotonic()
+                while thread.is_alive():
+                    thread.join(min(1.0, self._grace))
+                    if thread.is_alive() and time.monotonic() - handled[0] > self._grace:
+                        logger.warning(
+                            "the crawl's Pipes reader handled no message for %.0f s after the "
+                            "crawl ended (%s): the step goes on without the rest",
+                            self._grace,
+                            path,
+                        )
+                        break
 
     def no_messages_debug_text(self) -> str:
         return "Attempted to read messages from a temporary file written by the crawl worker."
 
-    def _read(self, path: str, handler: dg.PipesMessageHandler, closed: threading.Event) -> None:
+    def _read(
+        self,
+        path: str,
+        handler: dg.PipesMessageHandler,
+        closed: threading.Event,
+        handled: list[float],
+    ) -> None:
         try:
             for line in self.lines(path, closed):
                 handler.handle_message(json.loads(line))
+                handled[0] = time.monotonic()
         except BaseException:
             handler.report_pipes_framework_exception(
                 f"{self.__class__.__name__} reader thread", sys.exc_info()
