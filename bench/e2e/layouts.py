@@ -54,18 +54,19 @@ def parse_series(text: str) -> list[tuple[str, int]]:
 
 
 def summarize(layout: str, workers: int, fleet: dict[str, Any]) -> dict[str, Any]:
-    """One run's figures: CPU per page over all its workers, and their pace."""
-    shards = fleet["shards"].values()
-    cpu = sum(r["cpu_s"] for r in shards)
-    pages = sum(r["pages"] for r in shards)
-    crawl_seconds = sum(r.get("seconds") or 0.0 for r in shards)
+    """One run's figures: CPU per page over all its workers (run_fleet's arm A, which holds
+    every worker when no shard is in arm B), and their pace."""
+    every = fleet["arms"]["A"]
+    assert every["workers"] == len(fleet["shards"]), "layouts runs every worker in arm A"
+    pages = every["pages"]
+    crawl_seconds = sum(r.get("seconds") or 0.0 for r in fleet["shards"].values())
     return {
         "layout": layout,
         "workers": workers,
         "wall_s": fleet["wall_s"],
-        "cpu_s": round(cpu, 3),
+        "cpu_s": every["cpu_s"],
         "pages": pages,
-        "ms_per_page": round(1000 * cpu / max(pages, 1), 4),
+        "ms_per_page": every["ms_per_page"],
         # pages a worker crawls in a second of its own crawl, over all of them
         "pages_per_worker_second": round(pages / crawl_seconds, 2) if crawl_seconds else None,
         "shards": fleet["shards"],
