@@ -42,6 +42,12 @@ def e2e_parser(parser: argparse.ArgumentParser) -> None:
         "--processes", type=int, help="partitions / processes of every system (default 8; quick 2)"
     )
     parser.add_argument(
+        "--crawl-processes",
+        type=int,
+        help="the product's ENRICH_CRAWL_PROCESSES: crawl processes its partitions are dealt "
+        "into (0 = one per partition; default: the product's own, the machine's cores)",
+    )
+    parser.add_argument(
         "--baseline-budget",
         type=float,
         help="seconds each baseline may crawl (default 900; quick 45; 0 = until done)",
@@ -115,6 +121,7 @@ def run_e2e(args: argparse.Namespace) -> int:
         "hosts",
         "records",
         "processes",
+        "crawl_processes",
         "baseline_budget",
         "bfs_records",
         "bfs_budget",

@@ -194,6 +194,25 @@ def shard_count() -> int:
     return count
 
 
+def crawl_processes(shards: int) -> int:
+    """ENRICH_CRAWL_PROCESSES: the crawl processes (crawl steps) one run's `shards` are dealt out
+    into, several shards' crawls in one process when there are fewer processes than shards.
+    Default: the machine's cores with the local executors (a crawl process's own CPU grows with
+    the number of processes, not with their shards: docs/performance.md), one per shard with
+    Celery (its steps spread over the machines). `0`: one per shard."""
+    raw = os.environ.get("ENRICH_CRAWL_PROCESSES", "").strip()
+    if not raw:
+        wanted = 0 if executor_kind() == "celery" else (os.cpu_count() or 1)
+    else:
+        try:
+            wanted = int(raw)
+        except ValueError as exc:
+            raise ValueError(f"ENRICH_CRAWL_PROCESSES={raw!r} is not an integer") from exc
+        if wanted < 0:
+            raise ValueError(f"ENRICH_CRAWL_PROCESSES={wanted} must be 0 (one per shard) or more")
+    return shards if wanted == 0 else max(1, min(wanted, shards))
+
+
 def mappings_dir() -> Path:
     """ENRICH_MAPPINGS, else ./mappings when it exists, else the mappings bundled with the repo."""
     raw = os.environ.get("ENRICH_MAPPINGS")

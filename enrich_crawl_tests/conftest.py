@@ -119,6 +119,7 @@ def product_env(**overrides: str) -> dict[str, str]:
         "DAGSTER_HOME",
         "ENRICH_WORK_DIR",
         "ENRICH_SHARDS",
+        "ENRICH_CRAWL_PROCESSES",
         "ENRICH_EXECUTOR",
     ):
         env.pop(key, None)

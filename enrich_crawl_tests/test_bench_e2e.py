@@ -583,10 +583,10 @@ def test_layouts_crawl_the_same_shards_together_apart_and_one_after_the_other(ti
     CPU over their pages."""
     from bench.e2e import layouts, split_ab
 
-    assert layouts.parse_series("fleet:8, alone:2,separate") == [
-        ("fleet", 8), ("alone", 2), ("separate", 8)
+    assert layouts.parse_series("fleet:8, alone:2,separate,fleet:8/2") == [
+        ("fleet", 8, 8), ("alone", 2, 2), ("separate", 8, 8), ("fleet", 8, 2)
     ]  # fmt: skip
-    for bad in ("crowd:8", "fleet:0", "fleet:x", " , "):
+    for bad in ("crowd:8", "fleet:0", "fleet:x", " , ", "fleet:8/0", "fleet:8/x"):
         with pytest.raises(SystemExit):
             layouts.parse_series(bad)
     runs = []
@@ -606,6 +606,13 @@ def test_layouts_crawl_the_same_shards_together_apart_and_one_after_the_other(ti
     alone = checks["cpu_per_page_alone_2_vs_fleet_2"]
     assert alone["value"] == round(runs[1]["ms_per_page"] / runs[0]["ms_per_page"], 3)
     assert alone["ok"] is None  # information
-    assert "| 2 | alone | 2 |" in layouts.markdown(
+    assert "| 2 | alone | 2 | 2 |" in layouts.markdown(
         {"name": "t", "records": 12, "runs": runs, "checks": checks}
     )
+    # the two shards in one crawl process: one row, both shards' pages
+    fleet = split_ab.run_fleet(tiny, 12, 2, set(), {}, {}, lambda _m: None, processes=1)
+    (row,) = fleet["shards"].values()
+    assert row["shards"] == ["s00", "s01"] and fleet["processes"] == 1
+    assert row["pages"] > 0 and fleet["arms"]["A"]["workers"] == 1
+    runs.append(layouts.summarize("fleet", 2, fleet, 1))
+    assert "cpu_per_page_fleet_2_in_1_vs_fleet_2" in layouts.checks(runs)

@@ -41,6 +41,7 @@ def _run_env(mongo_server, mongo_db_name, home: Path, work: Path, **extra: str) 
         DAGSTER_HOME=str(home),
         ENRICH_WORK_DIR=str(work),
         ENRICH_SHARDS="2",
+        ENRICH_CRAWL_PROCESSES="0",  # one process per shard, whatever the cores: s00 is killed
         **extra,
     )
 

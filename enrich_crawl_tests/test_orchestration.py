@@ -1,5 +1,6 @@
-"""Orchestration: shard partitions, the wiring of enrich_job (pool, retries, checks), per-run time
-budgets, and a shard whose crawl keeps failing while the other shards' results are still merged."""
+"""Orchestration: shard partitions, the wiring of enrich_job (pool, retries, checks), the shards
+dealt out into crawl processes, per-run time budgets, and a shard whose crawl keeps failing while
+the other shards' results are still merged."""
 
 from __future__ import annotations
 
@@ -14,9 +15,17 @@ import uuid
 import dagster as dg
 import pytest
 
-from enrich_crawl.dataset.shard import registrable_domain, shard_for_urls, shard_keys
+from enrich_crawl import config
+from enrich_crawl.dataset.shard import (
+    crawl_groups,
+    group_key,
+    registrable_domain,
+    shard_for_urls,
+    shard_keys,
+)
 from enrich_crawl.defs.crawl_ops import MIN_CRAWL_SECONDS, crawl_budget
 from enrich_crawl.defs.partitions import SHARD_KEYS, shards_of_run
+from enrich_crawl.defs.resources import CrawlerResource
 from enrich_crawl.testing.politeweb import build_polite_dataset
 from enrich_crawl.testing.processes import crawl_workers
 from enrich_crawl_tests.conftest import REPO, product_env, run_cli, start_cli_run
@@ -78,6 +87,44 @@ def test_shards_of_run_from_partition_tags():
         "dagster/asset_partition_range_end": SHARD_KEYS[1],
     }
     assert shards_of_run(ranged) == SHARD_KEYS[:2]
+
+
+# -- crawl processes ---------------------------------------------------------------------------
+
+
+def test_shards_are_dealt_out_into_crawl_processes_as_evenly_as_can_be():
+    keys = shard_keys(8)
+    assert crawl_groups(keys, 2) == [keys[:4], keys[4:]]
+    assert crawl_groups(keys, 3) == [keys[:3], keys[3:6], keys[6:]]
+    assert crawl_groups(keys, 8) == [[k] for k in keys] == crawl_groups(keys, 50)
+    assert crawl_groups(keys[:1], 4) == [keys[:1]]
+    for n in range(1, 10):  # every shard once, in order, none empty
+        groups = crawl_groups(keys, n)
+        assert [k for g in groups for k in g] == keys and all(groups)
+    assert group_key(["s03"]) == "s03" and group_key(keys[:4]) == "s00_s03"
+
+
+def test_crawl_processes_default_to_the_cores_and_to_one_per_shard_with_celery(monkeypatch):
+    monkeypatch.delenv("ENRICH_CRAWL_PROCESSES", raising=False)
+    monkeypatch.delenv("ENRICH_EXECUTOR", raising=False)
+    cores = os.cpu_count() or 1
+    assert config.crawl_processes(64) == min(cores, 64)
+    assert config.crawl_processes(1) == 1
+    monkeypatch.setenv("ENRICH_EXECUTOR", "celery")
+    assert config.crawl_processes(8) == 8
+    monkeypatch.setenv("ENRICH_CRAWL_PROCESSES", "3")
+    assert config.crawl_processes(8) == 3 and config.crawl_processes(2) == 2
+    monkeypatch.setenv("ENRICH_CRAWL_PROCESSES", "0")
+    assert config.crawl_processes(8) == 8
+    for bad in ("-1", "two"):
+        monkeypatch.setenv("ENRICH_CRAWL_PROCESSES", bad)
+        with pytest.raises(ValueError, match="ENRICH_CRAWL_PROCESSES"):
+            config.crawl_processes(8)
+    # the resource's field wins over the environment
+    assert CrawlerResource(crawl_processes=2).processes_for(8) == 2
+    assert CrawlerResource(crawl_processes=0).processes_for(8) == 8
+    with pytest.raises(ValueError, match="crawl_processes"):
+        CrawlerResource(crawl_processes=-2).processes_for(8)
 
 
 # -- wiring ------------------------------------------------------------------------------------
@@ -162,6 +209,75 @@ def test_run_time_budget_stops_the_crawl_cleanly_and_merges_what_it_found(
 
 
 @pytest.mark.slow
+def test_four_shards_in_two_crawl_processes_keep_their_own_partitions_and_lineage(
+    mongo_server, mongo_client, mongo_db_name, dagster_home, tmp_path
+):
+    """ENRICH_CRAWL_PROCESSES=2 with 4 shards: two crawl steps of two shards each, one crawl
+    process per step; every shard is still its own partition (materialisation, statistics,
+    lineage) and the run's checks pass."""
+    name = f"grouped_{uuid.uuid4().hex[:6]}"
+    built = build_polite_dataset(
+        tmp_path / "polite", shards=4, records_per_host=3, crawl_delay=0.2, name=name
+    )
+    env = product_env(
+        MONGODB_URI=mongo_server.uri,
+        MONGODB_DB=mongo_db_name,
+        DAGSTER_HOME=str(dagster_home),
+        ENRICH_WORK_DIR=str(tmp_path / "work"),
+        ENRICH_SHARDS="4",
+        ENRICH_CRAWL_PROCESSES="2",
+    )
+    result = run_cli(
+        ["run", "--dataset", str(built.spec), "--mappings", str(built.mappings)], env, cwd=REPO
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    docs = _documents(mongo_client, mongo_db_name, name)
+    assert set(docs) == set(built.expected)
+    for shard, hosts in built.hosts_by_shard.items():
+        for rid in (f"{host.split('.')[0]}-{n:03d}" for host in hosts for n in range(3)):
+            assert docs[rid]["data"]["city"] == built.expected[rid]
+            assert docs[rid]["lineage"]["city"]["partition"] == shard, rid
+    for shard in ("s00", "s01", "s02", "s03"):
+        stats = json.loads((tmp_path / "work" / name / "crawl" / shard / "stats.json").read_text())
+        assert stats["partition"] == shard and stats["finish_reason"] == "finished"
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        (run,) = instance.get_runs(limit=1)
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        started = {
+            e.step_key
+            for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
+            if e.step_key and ".crawl_shard[" in e.step_key
+        }
+        assert started == {
+            "crawl_results.crawl_shard[s00_s01]",
+            "crawl_results.crawl_shard[s02_s03]",
+        }
+        crawl = {
+            e.partition_key: e.asset_materialization.metadata
+            for e in instance.fetch_materializations(dg.AssetKey("crawl_results"), limit=10).records
+        }
+        assert set(crawl) == {"s00", "s01", "s02", "s03"}
+        assert all(m["crawl_failed"].value == 0 and m["pages"].value > 0 for m in crawl.values())
+        verdict = {
+            e.dagster_event.event_specific_data.check_name: e.dagster_event.event_specific_data.passed
+            for e in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+            )
+        }
+        assert verdict["every_shard_crawled"] and verdict["no_robots_violations"]
+        # one crawl process per step, crawling both of its shards
+        launched = [
+            e.user_message
+            for e in instance.all_logs(run.run_id)
+            if "started (pid" in (e.user_message or "")
+        ]
+    assert sorted(m.split(" started")[0] for m in launched) == [
+        "crawl of shards s00, s01",
+        "crawl of shards s02, s03",
+    ], launched
+
+
+@pytest.mark.slow
 def test_a_shard_that_keeps_failing_does_not_lose_the_other_shards(
     mongo_server, mongo_client, mongo_db_name, dagster_home, tmp_path
 ):
@@ -177,6 +293,7 @@ def test_a_shard_that_keeps_failing_does_not_lose_the_other_shards(
         DAGSTER_HOME=str(dagster_home),
         ENRICH_WORK_DIR=str(tmp_path / "work"),
         ENRICH_SHARDS="2",
+        ENRICH_CRAWL_PROCESSES="0",  # one process per shard, whatever the cores: s01 is killed
         ENRICH_CRAWL_RETRIES="1",
         ENRICH_CRAWL_RETRY_DELAY="1",
     )

@@ -92,6 +92,91 @@ def test_no_two_requests_to_a_host_closer_than_its_delay_across_workers(fleet_cr
     assert {"0.2", "0.3"} <= set(delays)
 
 
+def test_shards_sharing_a_crawl_process_stay_polite_to_each_other(tmp_path, mongo_server):
+    """4 shards crawled in 2 processes (two Scrapy crawlers each, CrawlerResource.crawl_processes):
+    each shard finishes with its own statistics and every record resolved, and the registries
+    that every shard needs see no two requests closer than their delay, whichever crawler of
+    whichever process sent them (the fleet-wide limiter between the crawlers of one process as
+    between processes)."""
+    web = build_synth_web(
+        tmp_path, hosts=12, records_per_host=2, registries=2, crawl_delay=0.2, default_delay=0.3
+    )
+    with running_web(web.root, log_path=tmp_path / "requests.jsonl") as server:
+        run = run_workers(
+            web.dataset,
+            web.mappings,
+            tmp_path / "work",
+            proxy=server.proxy_url,
+            shards=4,
+            processes=2,
+            mongo_uri=mongo_server.uri,
+            mongo_db=f"grouped_{int(time.time())}",
+        )
+        log = server.read_log()
+    assert set(run.returncodes.values()) == {0}, run.logs
+    assert sorted(s["partition"] for s in run.stats.values()) == ["s00", "s01", "s02", "s03"]
+    outcomes: Counter[str] = Counter()
+    for stats in run.stats.values():
+        assert stats["finish_reason"] == "finished" and stats["pages"] > 0
+        outcomes.update(stats["outcomes"])
+    assert outcomes == {"resolved": web.records}
+    # two processes, two shards each
+    processes = Counter(s["crawl_process"] for s in run.stats.values())
+    assert sorted(processes.values()) == [2, 2], processes
+    problems = politeness_violations(log, web)
+    assert problems == {"disallowed": [], "robots_not_first": [], "too_close": []}, problems
+    by_host = requests_by_host(log)
+    assert all(len(by_host[h]) >= 8 for h in by_host if h.startswith("registry"))
+
+
+def test_a_shard_that_cannot_start_leaves_the_shard_sharing_its_process(tmp_path, mongo_server):
+    """Two shards in one crawl process, one of which cannot start (its output folder lies under a
+    file): the other is crawled to the end, and the process names the failed shard and why
+    (the worker prints one line per shard and exits 1)."""
+    import json
+
+    from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.testing.synthweb import DEFAULT_UA, seed_shards
+
+    web = build_synth_web(
+        tmp_path, hosts=4, records_per_host=2, registries=1, crawl_delay=0.1, default_delay=0.1
+    )
+    spec, stage, _keys = seed_shards(web.dataset, tmp_path / "stage", 2)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = [sys.executable, "-m", "enrich_crawl.crawl.worker"]
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    with running_web(web.root, log_path=tmp_path / "requests.jsonl") as server:
+        for key, out_dir in (("s00", tmp_path / "out" / "s00"), ("s01", blocker / "s01")):
+            params = WorkerParams(
+                dataset=spec.name,
+                partition=key,
+                seed_path=str(stage.seed_shard(key)),
+                out_dir=str(out_dir),
+                mappings_dir=str(web.mappings),
+                field_types=spec.field_types(),
+                crawl=spec.crawl.to_dict(),
+                run_id="broken",
+                user_agent=DEFAULT_UA,
+                proxy=server.proxy_url,
+                mongo_uri=mongo_server.uri,
+                mongo_db=f"broken_{int(time.time())}",
+                log_level="WARNING",
+            )
+            path = tmp_path / f"{key}.json"
+            path.write_text(json.dumps(params.to_dict()), encoding="utf-8")
+            argv += ["--params", str(path)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = {
+        line["partition"]: line for line in map(json.loads, filter(None, done.stdout.splitlines()))
+    }
+    assert lines["s00"]["finish_reason"] == "finished" and lines["s00"]["pages"] > 0
+    assert sum(lines["s00"]["outcomes"].values()) == lines["s00"]["records_fed"] > 0
+    assert "s01" in lines["s01"]["error"] and "a-file" in lines["s01"]["error"]
+    assert "crawl of partition s01 cannot start" in done.stderr
+
+
 def test_statistics_of_each_partition(fleet_crawl):
     _web, run, _log = fleet_crawl
     for stats in run.stats.values():
@@ -152,9 +237,17 @@ def test_a_host_held_by_a_killed_process_is_free_a_delay_later(mongo_server, mon
         lease_end = time.time() + 90
         await hosts.insert_many(
             [
-                {"_id": "dead.example", "next_at": lease_end, "by": f"s00@{host_name}:{dead.pid}:7"},
+                {
+                    "_id": "dead.example",
+                    "next_at": lease_end,
+                    "by": f"s00@{host_name}:{dead.pid}:7",
+                },
                 {"_id": "live.example", "next_at": lease_end, "by": f"s00@{host_name}:1:7"},
-                {"_id": "far.example", "next_at": lease_end, "by": f"s00@other-machine:{dead.pid}:7"},
+                {
+                    "_id": "far.example",
+                    "next_at": lease_end,
+                    "by": f"s00@other-machine:{dead.pid}:7",
+                },
             ]
         )
         limiter = HostLimiter(state, max_wait=1.0)

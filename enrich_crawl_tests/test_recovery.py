@@ -50,7 +50,8 @@ def _env(mongo_server, db: str, home: Path, work: Path, **extra: str) -> dict[st
         MONGODB_DB=db,
         DAGSTER_HOME=str(home),
         ENRICH_WORK_DIR=str(work),
-        **{"ENRICH_SHARDS": "2", **extra},
+        # one process per shard, whatever the cores: a shard's crawl is killed alone
+        **{"ENRICH_SHARDS": "2", "ENRICH_CRAWL_PROCESSES": "0", **extra},
     )
 
 

@@ -94,6 +94,7 @@ def dagster_dev(tmp_path_factory, mongo_server):
         ENRICH_DATASET=str(built.spec),
         ENRICH_MAPPINGS=str(built.mappings),
         ENRICH_SHARDS="2",
+        ENRICH_CRAWL_PROCESSES="0",  # one process per shard, whatever the cores
         MONGODB_URI=mongo_server.uri,
         MONGODB_DB=f"t_{name}",
     )

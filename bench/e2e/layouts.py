@@ -9,7 +9,9 @@ interleaved series so that the machine's drift hits them alike:
   costs beyond the same processes side by side);
 - `alone`: the N workers one after the other (nobody else on the machine);
 - any of them with another number of workers (`fleet:2`): the same records in fewer, busier
-  processes.
+  processes;
+- any of them with the shards dealt into fewer crawl processes (`fleet:8/2`: the 8 shards'
+  crawls, one Scrapy crawler each, in 2 processes; enrich_crawl.crawl.worker.run_crawls).
 
 Each run's CPU per page (user+sys of each worker from wait4, over the pages of its stats.json)
 and each worker's pace (pages per second of its own crawl) are reported. The workers run without
@@ -35,25 +37,39 @@ from bench.e2e.attribution import add_web_options
 from bench.e2e.split_ab import LAYOUTS, run_fleet
 
 
-def parse_series(text: str) -> list[tuple[str, int]]:
-    """`fleet:8,alone:8` -> [("fleet", 8), ("alone", 8)]; a layout without a number: 8."""
+def parse_series(text: str) -> list[tuple[str, int, int]]:
+    """`fleet:8,alone:8,fleet:8/2` -> [("fleet", 8, 8), ("alone", 8, 8), ("fleet", 8, 2)]:
+    (layout, shards, crawl processes); a layout without a number: 8 shards, one process each."""
     series = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         layout, _, count = item.partition(":")
+        count, _, procs = count.partition("/")
         if layout not in LAYOUTS:
             raise SystemExit(f"layouts: unknown layout {layout!r} in --series (one of "
                              f"{', '.join(LAYOUTS)})")  # fmt: skip
-        if count and not (count.isdigit() and int(count) > 0):
-            raise SystemExit(f"layouts: {item!r}: the number of workers must be a positive integer")
-        series.append((layout, int(count or 8)))
+        for number in (count, procs):
+            if number and not (number.isdigit() and int(number) > 0):
+                raise SystemExit(
+                    f"layouts: {item!r}: the numbers of workers and processes must be positive "
+                    "integers"
+                )
+        workers = int(count or 8)
+        series.append((layout, workers, min(int(procs or workers), workers)))
     if not series:
         raise SystemExit("layouts: --series names no run")
     return series
 
 
-def summarize(layout: str, workers: int, fleet: dict[str, Any]) -> dict[str, Any]:
+def run_key(layout: str, workers: int, processes: int) -> str:
+    """`fleet:8`, or `fleet:8/2` when the shards share processes."""
+    return f"{layout}:{workers}" + (f"/{processes}" if processes != workers else "")
+
+
+def summarize(
+    layout: str, workers: int, fleet: dict[str, Any], processes: int | None = None
+) -> dict[str, Any]:
     """One run's figures: CPU per page over all its workers (run_fleet's arm A, which holds
     every worker when no shard is in arm B), and their pace."""
     every = fleet["arms"]["A"]
@@ -63,14 +79,20 @@ def summarize(layout: str, workers: int, fleet: dict[str, Any]) -> dict[str, Any
     return {
         "layout": layout,
         "workers": workers,
+        "processes": processes or workers,
         "wall_s": fleet["wall_s"],
         "cpu_s": every["cpu_s"],
         "pages": pages,
         "ms_per_page": every["ms_per_page"],
-        # pages a worker crawls in a second of its own crawl, over all of them
+        # pages a crawl process crawls in a second of its own crawl, over all of them
         "pages_per_worker_second": round(pages / crawl_seconds, 2) if crawl_seconds else None,
         "shards": fleet["shards"],
     }
+
+
+def _name(key: str) -> str:
+    """A run key as part of a check's name: `fleet:8/2` -> `fleet_8_in_2`."""
+    return key.replace("/", "_in_").replace(":", "_")
 
 
 def checks(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -78,17 +100,19 @@ def checks(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     number of workers), medians over the series' runs of each."""
     by_key: dict[str, list[float]] = {}
     for run in runs:
-        by_key.setdefault(f"{run['layout']}:{run['workers']}", []).append(run["ms_per_page"])
+        key = run_key(run["layout"], run["workers"], run.get("processes") or run["workers"])
+        by_key.setdefault(key, []).append(run["ms_per_page"])
     fleets = [k for k in by_key if k.startswith("fleet:")]
     if not fleets:
         return {}
-    base_key = fleets[0]
+    # the production fleet: one process per shard, when the series has it
+    base_key = next((k for k in fleets if "/" not in k), fleets[0])
     base = statistics.median(by_key[base_key])
     out = {}
     for key, values in by_key.items():
         if key == base_key:
             continue
-        name = f"cpu_per_page_{key.replace(':', '_')}_vs_{base_key.replace(':', '_')}"
+        name = f"cpu_per_page_{_name(key)}_vs_{_name(base_key)}"
         out[name] = {
             "value": round(statistics.median(values) / base, 3),
             "runs": values,
@@ -99,6 +123,16 @@ def checks(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _switches(run: dict[str, Any]) -> str:
+    """A run's context switches per page (wait4's, all its processes), or "-" when not kept."""
+    rows = list(run.get("shards", {}).values())
+    if not rows or run["pages"] <= 0 or any("voluntary_switches" not in r for r in rows):
+        return "-"
+    voluntary = sum(r["voluntary_switches"] for r in rows) / run["pages"]
+    involuntary = sum(r["involuntary_switches"] for r in rows) / run["pages"]
+    return f"{voluntary:.2f}, {involuntary:.2f}"
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# Crawl workers in several layouts ({results['name']})",
@@ -106,13 +140,16 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['records']} records of the end-to-end benchmark's web with its delays, the "
         "crawl workers without Dagster, in this order (one series):",
         "",
-        "| run | layout | workers | CPU s | pages | ms/page | pages per worker-second | wall s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| run | layout | workers | processes | CPU s | pages | ms/page | pages per "
+        "process-second | context switches per page (voluntary, involuntary) | wall s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for n, run in enumerate(results["runs"], 1):
         lines.append(
-            f"| {n} | {run['layout']} | {run['workers']} | {run['cpu_s']} | {run['pages']:,} | "
-            f"{run['ms_per_page']} | {run['pages_per_worker_second']} | {run['wall_s']} |"
+            f"| {n} | {run['layout']} | {run['workers']} | {run.get('processes', run['workers'])} "
+            f"| {run['cpu_s']} | {run['pages']:,} | "
+            f"{run['ms_per_page']} | {run['pages_per_worker_second']} | {_switches(run)} | "
+            f"{run['wall_s']} |"
         )
     lines += ["", "Layouts: " + "; ".join(f"`{k}` {v}" for k, v in LAYOUTS.items()) + ".", ""]
     for name, check in results["checks"].items():
@@ -127,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--series",
         default="fleet:8,alone:8,separate:8,fleet:8",
-        help="the runs in order, LAYOUT[:WORKERS] separated by commas (layouts: "
+        help="the runs in order, LAYOUT[:WORKERS[/PROCESSES]] separated by commas (layouts: "
         + ", ".join(LAYOUTS)
         + ")",
     )
@@ -143,11 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         log=say,
     )
     runs = []
-    for layout, workers in series:
-        fleet = run_fleet(gen, args.records, workers, set(), {}, {}, say, layout=layout)
-        run = summarize(layout, workers, fleet)
-        say(f"{layout}:{workers}: {run['ms_per_page']} ms/page, "
-            f"{run['pages_per_worker_second']} pages per worker-second")  # fmt: skip
+    for layout, workers, processes in series:
+        fleet = run_fleet(
+            gen, args.records, workers, set(), {}, {}, say, layout=layout, processes=processes
+        )
+        run = summarize(layout, workers, fleet, processes)
+        say(f"{run_key(layout, workers, processes)}: {run['ms_per_page']} ms/page, "
+            f"{run['pages_per_worker_second']} pages per process-second")  # fmt: skip
         runs.append(run)
     date = dt.date.today().isoformat()
     name = f"layouts-{date}{'-' + args.tag if args.tag else ''}"
@@ -155,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "name": name,
         "date": date,
         "records": args.records,
-        "series": [f"{layout}:{workers}" for layout, workers in series],
+        "series": [run_key(*run) for run in series],
         "runs": runs,
         "checks": checks(runs),
     }

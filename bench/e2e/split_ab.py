@@ -30,6 +30,7 @@ from typing import Any
 
 from bench.e2e import generate as gen_mod
 from bench.e2e.attribution import add_web_options, write_worker_params
+from enrich_crawl.dataset.shard import crawl_groups
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,12 +63,19 @@ def run_fleet(
     env_b: dict[str, str],
     say: Any,
     layout: str = "fleet",
+    processes: int | None = None,
 ) -> dict[str, Any]:
-    """One fleet: each shard's arm, CPU (s), pages, seconds and peak RSS. `layout` (LAYOUTS):
-    the workers at once on one database (`fleet`), at once each on its own (`separate`), or one
-    after the other each on its own (`alone`)."""
+    """One fleet: each crawl process's arm, CPU (s), pages, seconds and peak RSS. `layout`
+    (LAYOUTS): the workers at once on one database (`fleet`), at once each on its own
+    (`separate`), or one after the other each on its own (`alone`). `processes`: the `workers`
+    shards dealt out into that many crawl processes (several crawls in one process,
+    `enrich_crawl.crawl.worker.run_crawls`); default one process per shard. A process's arm is
+    its index's (`b_shards`)."""
     if layout not in LAYOUTS:
         raise SystemExit(f"split_ab: unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+    processes = min(processes or workers, workers)
+    if processes < 1:
+        raise SystemExit("split_ab: a fleet needs at least one crawl process")
     from enrich_crawl.dataset.load import prepare_dataset
     from enrich_crawl.dataset.spec import load_spec
     from enrich_crawl.staging import DatasetStage
@@ -80,6 +88,8 @@ def run_fleet(
     spec = load_spec(spec_path)
     work = Path(tempfile.mkdtemp(prefix="bench-split-ab-"))
     shards = [f"s{n:02d}" for n in range(workers)]
+    # the shards of each process, dealt out as the product deals them
+    groups = crawl_groups(shards, processes)
     stage = DatasetStage(work / "stage", spec.name)
     prepare_dataset(spec, stage, shards)
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
@@ -87,9 +97,12 @@ def run_fleet(
     env["PYTHONWARNINGS"] = "ignore"
     rows: dict[str, dict[str, Any]] = {}
     with running_web(gen.web, log_path=work / "requests.jsonl") as web, ephemeral_mongo() as mongo:
-        procs: dict[int, tuple[str, str]] = {}
+        procs: dict[int, tuple[str, list[str]]] = {}
+        # separate and alone: each process on its own database (its shards share it)
         databases = {
-            shard: "split_ab" if layout == "fleet" else f"split_ab_{shard}" for shard in shards
+            shard: "split_ab" if layout == "fleet" else f"split_ab_{group[0]}"
+            for group in groups
+            for shard in group
         }
 
         def reap() -> None:
@@ -97,51 +110,57 @@ def run_fleet(
                 pid, status, usage = os.wait4(-1, 0)
                 if pid not in procs:
                     continue
-                arm, shard = procs.pop(pid)
+                arm, group = procs.pop(pid)
+                name = "+".join(group)
                 if status:
-                    raise SystemExit(f"split_ab: worker {shard} failed (see {work / shard}.log)")
-                stats = json.loads((work / "crawl" / shard / "stats.json").read_text("utf-8"))
-                rows[shard] = {
+                    raise SystemExit(f"split_ab: worker {name} failed (see {work / name}.log)")
+                stats = [
+                    json.loads((work / "crawl" / shard / "stats.json").read_text("utf-8"))
+                    for shard in group
+                ]
+                rows[name] = {
                     "arm": arm,
+                    "shards": group,
                     "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                    "pages": stats["pages"],
-                    "seconds": stats.get("seconds"),
-                    "database": databases[shard],
-                    "peak_rss_mb": stats["peak_rss_mb"],
-                    "allocator": stats.get("allocator"),
+                    # times the worker slept waiting for something (its event loop had nothing
+                    # to do) and times it was preempted while it had work
+                    "voluntary_switches": usage.ru_nvcsw,
+                    "involuntary_switches": usage.ru_nivcsw,
+                    "pages": sum(s["pages"] for s in stats),
+                    "seconds": max(s.get("seconds") or 0.0 for s in stats),
+                    "database": databases[group[0]],
+                    "peak_rss_mb": max(s["peak_rss_mb"] for s in stats),
+                    "allocator": stats[0].get("allocator"),
                 }
 
-        arm_b = f", arm B on shards {sorted(b_shards)}" if b_shards else ""
-        say(f"{workers} workers on {records} records ({layout}){arm_b} ...")
+        arm_b = f", arm B on processes {sorted(b_shards)}" if b_shards else ""
+        say(f"{workers} shards in {processes} processes on {records} records ({layout}){arm_b} ...")
         started = time.time()
-        for i, shard in enumerate(shards):
-            params_path = write_worker_params(
-                work / f"params-{shard}.json",
-                spec=spec,
-                spec_path=spec_path,
-                stage=stage,
-                shard=shard,
-                out_dir=work / "crawl" / shard,
-                run_id="split-ab",
-                proxy=web.proxy_url,
-                mongo_uri=mongo.uri,
-                mongo_db=databases[shard],
-            )
+        for i, group in enumerate(groups):
+            argv = [sys.executable, "-m", "enrich_crawl.crawl.worker"]
+            for shard in group:
+                params_path = write_worker_params(
+                    work / f"params-{shard}.json",
+                    spec=spec,
+                    spec_path=spec_path,
+                    stage=stage,
+                    shard=shard,
+                    out_dir=work / "crawl" / shard,
+                    run_id="split-ab",
+                    proxy=web.proxy_url,
+                    mongo_uri=mongo.uri,
+                    mongo_db=databases[shard],
+                )
+                argv += ["--params", str(params_path)]
             arm = "B" if i in b_shards else "A"
-            with open(work / f"{shard}.log", "w", encoding="utf-8") as log:
+            with open(work / f"{'+'.join(group)}.log", "w", encoding="utf-8") as log:
                 proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "enrich_crawl.crawl.worker",
-                        "--params",
-                        str(params_path),
-                    ],
+                    argv,
                     env={**env, **(env_b if arm == "B" else env_a)},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
-            procs[proc.pid] = (arm, shard)
+            procs[proc.pid] = (arm, group)
             if layout == "alone":
                 reap()
         reap()
@@ -158,6 +177,7 @@ def run_fleet(
         }
     return {
         "layout": layout,
+        "processes": processes,
         "wall_s": round(time.time() - started, 1),
         "shards": rows,
         "arms": arms,

@@ -62,6 +62,8 @@ class SuiteConfig:
     hosts: int = 1000
     records: int = 20000
     processes: int = 8
+    # the product's ENRICH_CRAWL_PROCESSES (None: its default, the machine's cores)
+    crawl_processes: int | None = None
     baseline_budget: float = 900.0
     # the Scrapy BFS interleaves all its active records, so none finishes within a budget on
     # shared hosts: it crawls a sample (records per process) to the end, to count pages exactly
@@ -224,6 +226,8 @@ class Suite:
             ENRICH_MAX_PARALLEL=str(shards),
             PYTHONWARNINGS="ignore",
         )
+        if self.cfg.crawl_processes is not None:
+            env["ENRICH_CRAWL_PROCESSES"] = str(self.cfg.crawl_processes)
         return env
 
     def product(self, spec: Path, mappings: Path, shards: int, label: str) -> SystemResult:
@@ -270,6 +274,8 @@ class Suite:
             acc,
             extra={
                 "shards": shards,
+                # crawl processes its shards were crawled in (the shards' stats.json say)
+                "crawl_processes": _crawl_processes(self.work / label / "dagster_home"),
                 # the MongoDB server's own CPU (nx-27017, Python/SQLite: far costlier than a real
                 # mongod), outside the product's process tree; reported apart
                 "db_server_cpu_s": round(db_cpu, 3),
@@ -924,6 +930,31 @@ def _baselines_sentence(results: dict[str, Any], cfg: dict[str, Any]) -> str:
     )
 
 
+def _crawl_processes(home: Path) -> int | None:
+    """How many crawl processes a product run's shards were crawled in: the distinct
+    `crawl_process` of their stats.json (the staging area under the run's home)."""
+    found = set()
+    for path in home.glob("storage/enrich_crawl/*/crawl/*/stats.json"):
+        try:
+            found.add(json.loads(path.read_text("utf-8")).get("crawl_process"))
+        except (OSError, ValueError):
+            continue
+    found.discard(None)
+    return len(found) or None
+
+
+def _crawl_processes_note(results: dict[str, Any]) -> str:
+    """How the product's shards were dealt into crawl processes, when it says."""
+    for system in results.get("systems", []):
+        extra = system.get("extra") or {}
+        if system.get("name") == "product" and extra.get("crawl_processes"):
+            return (
+                f" (the product: {extra['shards']} shards in {extra['crawl_processes']} crawl "
+                "processes)"
+            )
+    return ""
+
+
 def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
     data = results.get("dataset", {})
     cfg = results.get("config", {})
@@ -933,8 +964,8 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         f"Web: {data.get('hosts')} hosts ({data.get('hosts_by_kind')}), dataset: "
         f"{data.get('records')} records, {data.get('missing_fields')} missing fields, "
         f"{data.get('findable_fields')} findable (by depth {data.get('findable_by_depth')}), "
-        f"{data.get('resolvable_records')} resolvable records. Processes: {cfg.get('processes')}. "
-        + _baselines_sentence(results, cfg),
+        f"{data.get('resolvable_records')} resolvable records. Processes: {cfg.get('processes')}"
+        f"{_crawl_processes_note(results)}. " + _baselines_sentence(results, cfg),
         "",
         "| system | records | resolved | resolved/h | pages | pages/s | pages/resolved | CPU s "
         "| CPU ms/page | peak RSS/process MB | peak RSS total MB | violations | accuracy | precision |",
@@ -1051,7 +1082,12 @@ def markdown(results: dict[str, Any], paths: dict[str, Path]) -> str:
         f"Reproduce: `python -m bench e2e{' --quick' if cfg.get('quick') else ''} "
         f"--seed {cfg.get('seed')} --hosts {cfg.get('hosts')} "
         f"--records {cfg.get('records')} --processes {cfg.get('processes')} "
-        f"--baseline-budget {cfg.get('baseline_budget'):g} "
+        + (
+            f"--crawl-processes {cfg['crawl_processes']} "
+            if cfg.get("crawl_processes") is not None
+            else ""
+        )
+        + f"--baseline-budget {cfg.get('baseline_budget'):g} "
         f"--bfs-compare-records {cfg.get('bfs_compare_records', 0)} "
         f"--bfs-budget {cfg.get('bfs_budget'):g} --floor-requests {cfg.get('floor_requests', 0)} "
         f"--rss-records {cfg.get('rss_small_records')} "
@@ -1099,7 +1135,7 @@ def plot_scaling(scaling: dict[str, Any], path: Path) -> None:
         axis.set_xscale("log", base=2)
         axis.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
         axis.set_ylim(bottom=0)
-        axis.set_xlabel("partitions (crawl processes), 2 cores")
+        axis.set_xlabel("partitions (shards), 2 cores")
         axis.set_title(title)
         axis.grid(alpha=0.3)
         axis.legend()

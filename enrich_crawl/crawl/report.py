@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import resource
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -160,6 +162,8 @@ class CrawlReport:
             "seconds": round(elapsed, 3),
             "pages_per_second": round(counts["pages"] / elapsed, 3),
             "pages_per_resolved_record": round(counts["pages"] / resolved, 3) if resolved else None,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": peak_rss_mb(),  # of the crawl process (shared by its shards)
             "allocator": self.allocator,
+            # the process that crawled the shard (several shards may share one)
+            "crawl_process": f"{socket.gethostname()}:{os.getpid()}",
         }

@@ -1,8 +1,10 @@
-"""One crawl process for one partition: `python -m enrich_crawl.crawl.worker`.
+"""One crawl process: `python -m enrich_crawl.crawl.worker`.
 
 Launched by Dagster through Pipes (parameters in the Pipes extras, progress and final statistics
 streamed back as log lines and a custom message), or by hand / by benchmarks with
-`--params FILE.json`. Twisted's reactor cannot restart, hence one crawl per process.
+`--params FILE.json` (repeated: several partitions crawled at once in this one process, one Scrapy
+crawler each, see `run_crawls`). Twisted's reactor cannot restart, hence one crawl (or one set of
+crawls started together) per process.
 """
 
 from __future__ import annotations
@@ -68,20 +70,121 @@ def run_crawl(
     params: WorkerParams, progress: Callable[[dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
     """Run the crawl of one partition to the end; returns its statistics."""
-    from scrapy.crawler import CrawlerProcess
+    (result,) = run_crawls([params], progress)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+# what every crawl of one process shares (the environment's proxy, the reactor, the resolver's
+# refusal of private addresses): its shards must agree on it
+PROCESS_WIDE = ("proxy", "allow_private", "mongo_uri")
+
+
+def run_crawls(
+    shards: list[WorkerParams], progress: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any] | BaseException]:
+    """Run the crawls of several partitions in this process, at once, to the end: one Scrapy
+    crawler per partition, all on one reactor (Scrapy's "several spiders in one process"). Each
+    keeps its own outputs, statistics, downloader slots and records; they share the process's
+    start-up and its event loop, and the fleet-wide limiter keeps them polite to each other as it
+    does separate processes. A crawl that fails does not stop the others: its place in the result
+    holds the error, the others' their statistics."""
+    from scrapy.crawler import Crawler, CrawlerProcess
 
     from enrich_crawl.crawl.render import needs_browser
     from enrich_crawl.crawl.settings import build_settings
     from enrich_crawl.crawl.spider import EnrichSpider
     from enrich_crawl.extract.mapping import MappingSet
 
-    if params.proxy:
+    if not shards:
+        return []
+    first = shards[0]
+    for other in shards[1:]:
+        for name in PROCESS_WIDE:
+            if getattr(other, name) != getattr(first, name):
+                raise ValueError(
+                    f"partitions {first.partition} and {other.partition} cannot share a crawl "
+                    f"process: their {name} differ"
+                )
+    if first.proxy:
         # Scrapy's HttpProxyMiddleware reads the proxy from the environment at start-up
-        os.environ["http_proxy"] = params.proxy
-        os.environ["https_proxy"] = params.proxy
+        os.environ["http_proxy"] = first.proxy
+        os.environ["https_proxy"] = first.proxy
         os.environ.pop("no_proxy", None)
         os.environ.pop("NO_PROXY", None)
     _arrow_returns_memory()
+    log = logging.getLogger(__name__)
+    failures: dict[int, BaseException] = {}
+    # the shards of a run share their mappings: loaded once
+    loaded: dict[tuple[str, str | None], MappingSet] = {}
+    ready: list[tuple[int, WorkerParams, dict[str, Any], MappingSet]] = []
+    for n, params in enumerate(shards):
+        # a shard that cannot start (its folder, its settings) fails alone
+        try:
+            key = (params.mappings_dir, params.learned_mappings_dir)
+            if key not in loaded:
+                loaded[key] = _load_mappings(params)
+            Path(params.out_dir).mkdir(parents=True, exist_ok=True)
+            # the browser handler only when some mapping renders (js/auto): static crawls never
+            # load it
+            settings = build_settings(params, render=needs_browser(loaded[key]))
+        except Exception as exc:
+            failures[n] = exc
+            log.error("crawl of partition %s cannot start: %s", params.partition, exc)
+            continue
+        ready.append((n, params, settings, loaded[key]))
+    crawlers: dict[int, Crawler] = {}
+    if ready:
+        quiet_scrapy_boilerplate()
+        # the process's settings (reactor, event loop, logging) are its first crawl's
+        process = CrawlerProcess(ready[0][2])
+        # a retry that gives up is recorded as the URL's reason; Scrapy's ERROR line adds
+        # nothing (set after CrawlerProcess, whose logging set-up resets the levels of scrapy.*
+        # loggers)
+        logging.getLogger("scrapy.downloadermiddlewares.retry").setLevel(logging.CRITICAL)
+        # Scrapy lets every logger through at the root (level NOTSET) and filters in its
+        # handler: pymongo would build its DEBUG records of every command (several per database
+        # call) only for the handler to drop them
+        logging.getLogger("pymongo").setLevel(logging.WARNING)
+        for n, params, own, mappings in ready:
+            # the first crawler installs the reactor (CrawlerProcess's own); the others take
+            # their own settings, the process's as defaults
+            crawler = (
+                Crawler(EnrichSpider, own) if crawlers else process.create_crawler(EnrichSpider)
+            )
+            crawlers[n] = crawler
+            deferred = process.crawl(crawler, params=params, mappings=mappings, progress=progress)
+
+            def failed(failure: Any, n: int = n) -> None:
+                failures[n] = failure.value
+                log.error(
+                    "crawl of partition %s failed: %s",
+                    shards[n].partition,
+                    failure.getErrorMessage(),
+                )
+
+            deferred.addErrback(failed)
+        _collect_less()
+        process.start()
+    results: list[dict[str, Any] | BaseException] = []
+    for n, params in enumerate(shards):
+        crawler = crawlers.get(n)
+        spider = crawler.spider if crawler is not None else None
+        if spider is not None and getattr(spider, "stats_written", False):
+            results.append(spider.final_stats)
+        else:
+            why = f": {failures[n]}" if n in failures else ""
+            results.append(
+                RuntimeError(f"crawl of partition {params.partition} did not finish cleanly{why}")
+            )
+    return results
+
+
+def _load_mappings(params: WorkerParams) -> Any:
+    """The crawl's mappings: the given ones, and the learned ones beside them."""
+    from enrich_crawl.extract.mapping import MappingSet
+
     mappings = MappingSet.load(params.mappings_dir, strict=False)
     if params.learned_mappings_dir:
         from enrich_crawl.learning import with_learned
@@ -91,25 +194,7 @@ def run_crawl(
         )
     for error in mappings.errors:
         logging.getLogger(__name__).error("mapping skipped: %s", error)
-    Path(params.out_dir).mkdir(parents=True, exist_ok=True)
-    quiet_scrapy_boilerplate()
-    # the browser handler only when some mapping renders (js/auto): static crawls never load it
-    process = CrawlerProcess(build_settings(params, render=needs_browser(mappings)))
-    # a retry that gives up is recorded as the URL's reason; Scrapy's ERROR line adds nothing
-    # (set after CrawlerProcess, whose logging set-up resets the levels of scrapy.* loggers)
-    logging.getLogger("scrapy.downloadermiddlewares.retry").setLevel(logging.CRITICAL)
-    # Scrapy lets every logger through at the root (level NOTSET) and filters in its handler:
-    # pymongo would build its DEBUG records of every command (several per database call) only
-    # for the handler to drop them
-    logging.getLogger("pymongo").setLevel(logging.WARNING)
-    crawler = process.create_crawler(EnrichSpider)
-    process.crawl(crawler, params=params, mappings=mappings, progress=progress)
-    _collect_less()
-    process.start()
-    spider = crawler.spider
-    if spider is None or not getattr(spider, "stats_written", False):
-        raise RuntimeError(f"crawl of partition {params.partition} did not finish cleanly")
-    return spider.final_stats
+    return mappings
 
 
 def _collect_less() -> None:
@@ -204,49 +289,78 @@ def main(argv: list[str] | None = None) -> int:
     # jemalloc, when the machine has it: re-executes this process once (see allocator.py)
     allocator.ensure(config.crawl_allocator())
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", help="JSON file of WorkerParams (without Dagster Pipes)")
+    parser.add_argument(
+        "--params",
+        action="append",
+        help="JSON file of WorkerParams (without Dagster Pipes); repeated: those partitions are "
+        "crawled at once in this process, one line of statistics each",
+    )
     args = parser.parse_args(argv)
 
     if args.params:
-        params = WorkerParams.from_dict(json.loads(Path(args.params).read_text("utf-8")))
-        if params.mongo_uri is None:
-            params.mongo_uri = config.mongodb_uri()
+        shards = []
+        for path in args.params:
+            params = WorkerParams.from_dict(json.loads(Path(path).read_text("utf-8")))
+            if params.mongo_uri is None:
+                params.mongo_uri = config.mongodb_uri()
+            shards.append(params)
         log = logging.getLogger("enrich_crawl.worker")
-        stats = run_crawl(params, progress=lambda s: log.info(_format_progress(s)))
-        print(json.dumps(stats))
-        return 0
+        results = run_crawls(shards, progress=lambda s: log.info(_format_progress(s)))
+        failed = 0
+        for params, result in zip(shards, results, strict=True):
+            if isinstance(result, BaseException):
+                failed += 1
+                print(json.dumps({"partition": params.partition, "error": str(result)}))
+            else:
+                print(json.dumps(result))
+        return 1 if failed else 0
 
     from dagster_pipes import open_dagster_pipes
 
     with open_dagster_pipes() as pipes:
-        params = WorkerParams.from_dict(pipes.extras["params"])
-        if params.mongo_uri is None:
-            params.mongo_uri = config.mongodb_uri()
+        # one shard (`params`), or several crawled at once in this process (`shards`)
+        shards = [
+            WorkerParams.from_dict(raw)
+            for raw in (pipes.extras.get("shards") or [pipes.extras["params"]])
+        ]
+        for params in shards:
+            if params.mongo_uri is None:
+                params.mongo_uri = config.mongodb_uri()
 
         # progress.json follows the crawl every few seconds (what `enrich-crawl run` shows); the
         # run's log gets a line at most every RUN_LOG_PROGRESS_SECONDS: each line is an event
         # that Dagster writes to its event log storage (milliseconds of the step's CPU apiece)
-        last_line = [time.monotonic()]
+        last_line: dict[str, float] = {p.partition: time.monotonic() for p in shards}
 
         def progress(stats: dict[str, Any]) -> None:
             now = time.monotonic()
-            if now - last_line[0] >= RUN_LOG_PROGRESS_SECONDS:
-                last_line[0] = now
+            key = stats.get("partition", "")
+            if now - last_line.get(key, 0.0) >= RUN_LOG_PROGRESS_SECONDS:
+                last_line[key] = now
                 pipes.log.info(_format_progress(stats))
 
         # the crawl's warnings and errors reach the run's log too (bounded)
         forwarder = LogForwarder(pipes.log)
         logging.getLogger().addHandler(forwarder)
         try:
-            stats = run_crawl(params, progress=progress)
+            results = run_crawls(shards, progress=progress)
         finally:
             logging.getLogger().removeHandler(forwarder)
             summary = forwarder.summary()
             if summary is not None:
                 pipes.log.warning(summary)
-        pipes.log.info(_format_progress(stats))
-        pipes.report_custom_message({"kind": "final", "stats": stats})
-    return 0
+        failed = 0
+        for params, result in zip(shards, results, strict=True):
+            if isinstance(result, BaseException):
+                failed += 1
+                pipes.log.error(f"crawl of shard {params.partition} failed: {result}")
+                pipes.report_custom_message(
+                    {"kind": "failed", "partition": params.partition, "error": str(result)}
+                )
+            else:
+                pipes.log.info(_format_progress(result))
+                pipes.report_custom_message({"kind": "final", "stats": result})
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -57,3 +57,21 @@ def shard_for_urls(urls: list[str], keys: list[str]) -> str:
     """The shard of a record: by its first URL's registrable domain (records without URLs: by '')."""
     domain = registrable_domain(host_of(urls[0])) if urls else ""
     return keys[shard_index(domain, len(keys))]
+
+
+def crawl_groups(keys: list[str], processes: int) -> list[list[str]]:
+    """The run's shard keys dealt out into `processes` runs of neighbouring keys, as even as
+    can be (8 shards in 2 processes: s00..s03 and s04..s07)."""
+    count = max(1, min(processes, len(keys)))
+    size, extra = divmod(len(keys), count)
+    groups, start = [], 0
+    for n in range(count):
+        end = start + size + (1 if n < extra else 0)
+        groups.append(keys[start:end])
+        start = end
+    return groups
+
+
+def group_key(shards: list[str]) -> str:
+    """A crawl step's mapping key: its shard (`s03`), or its first and last (`s00_s03`)."""
+    return shards[0] if len(shards) == 1 else f"{shards[0]}_{shards[-1]}"

@@ -1,8 +1,8 @@
 """The asset chain: seed_dataset -> learned_mappings -> crawl_results (partitioned) -> resolved_fields
 -> enriched_records.
 
-Wiring only: the work is done by enrich_crawl.dataset, .crawl (in a subprocess per shard, through
-Dagster Pipes), .resolve and .store. resolved_fields and enriched_records are materialised by one
+Wiring only: the work is done by enrich_crawl.dataset, .crawl (in subprocesses of one shard or a
+group of shards, through Dagster Pipes), .resolve and .store. resolved_fields and enriched_records are materialised by one
 op (`resolve_and_merge`), and the seed's and the merge's checks are evaluated in their asset's op:
 each step is a process, which costs more than these steps' own work; each asset and check can
 still be materialised or run alone (the ops can be subset).
@@ -207,7 +207,7 @@ def _why_not(report: dict[str, Any], name: str) -> str:
     return f"nothing learned: {why}" if why else "nothing learned"
 
 
-# -- crawl_results: one crawl process per shard, fanned out as parallel steps (crawl_ops.py) -
+# -- crawl_results: crawl processes of one shard or a group, fanned out as steps (crawl_ops.py)
 
 
 @dg.graph_asset(

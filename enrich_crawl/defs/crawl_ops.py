@@ -1,16 +1,21 @@
-"""The ops of the graph asset `crawl_results`: one crawl process per shard, fanned out as steps.
+"""The ops of the graph asset `crawl_results`: the shards' crawls, fanned out as steps.
 
-plan_crawl_shards -> crawl_shard (one mapped step per shard of the run, in the `crawl` pool) ->
-summarize_crawl (statistics as metadata, per shard partition and for the run).
+plan_crawl_shards -> crawl_shard (one mapped step per crawl process, in the `crawl` pool: a group
+of the run's shards, one shard each when there are as many processes as shards, see
+CrawlerResource.crawl_processes) -> summarize_crawl (statistics as metadata, per shard partition
+and for the run).
 
 - Each crawl runs in `python -m enrich_crawl.crawl.worker` through Dagster Pipes (pipes.py): its
   progress lines reach the run's log while it runs (one a minute at most; `progress.json` in the
-  staging area follows it every few seconds), its final statistics come back as a message.
-- Transient failures (a worker that crashed, was killed, gave no result) are retried by the
-  RetryPolicy. A shard that still fails after its last retry does not fail its step (that would
-  abandon every step after the fan-in): it outputs its failure, so the other shards' results are
-  still resolved and merged in the same run, and the check `every_shard_crawled` then fails the
-  run and names the shard (checks.py).
+  staging area follows it every few seconds), its final statistics come back as a message, one
+  per shard (a process crawling several shards runs one Scrapy crawler for each).
+- Transient failures (a worker that crashed, was killed, gave no result, or one of its shards'
+  crawls that failed) are retried by the RetryPolicy, the step's whole group of shards again (a
+  shard that had finished gets its pages back from the page store). A shard that still fails after
+  its last retry does not fail its step (that would abandon every step after the fan-in): the step
+  outputs its failure beside the other shards' statistics, so their results are still resolved
+  and merged in the same run, and the check `every_shard_crawled` then fails the run and names the
+  shard (checks.py).
 - Time budgets: a shard's crawl stops cleanly (Scrapy CLOSESPIDER_TIMEOUT; what it found is kept)
   after the partition budget (CrawlerResource.time_budget_seconds or the dataset's
   crawl.time_budget_seconds) or when the run's budget (CrawlerResource.run_budget()) is spent,
@@ -28,6 +33,7 @@ import dagster as dg
 
 from enrich_crawl import config
 from enrich_crawl.contracts import CRAWL_FAILURE_FILE, CRAWL_RUN_FILES, WEB_REQUESTS_FILE
+from enrich_crawl.dataset.shard import crawl_groups, group_key
 from enrich_crawl.defs.pipes import CrawlProcessClient, StaleCrawl
 from enrich_crawl.defs.resources import (
     CrawlerResource,
@@ -83,13 +89,18 @@ def crawl_budget(
 
 
 @dg.op(
-    out=dg.DynamicOut(str),
+    out=dg.DynamicOut(list),
     ins={"seed_dataset": dg.In(dg.Nothing), "learned_mappings": dg.In(dg.Nothing)},
 )
 def plan_crawl_shards(
-    context: dg.OpExecutionContext, dataset: DatasetResource, staging: StagingResource
+    context: dg.OpExecutionContext,
+    dataset: DatasetResource,
+    staging: StagingResource,
+    crawler: CrawlerResource,
 ):
-    """One dynamic output per shard of the run's partitions, once the mappings are known valid.
+    """One dynamic output per crawl process: the run's shards dealt out into
+    `CrawlerResource.processes_for` groups (one shard each when there are as many processes as
+    shards), once the mappings are known valid.
 
     An invalid mapping is refused here, before any crawl starts, with its file,
     JSON path and reason, whatever launched the run (UI, schedule, sensor, `dagster job execute`):
@@ -113,8 +124,15 @@ def plan_crawl_shards(
             },
             allow_retries=False,
         ) from None
-    for key in context.partition_keys:
-        yield dg.DynamicOutput(key, mapping_key=key)
+    keys = list(context.partition_keys)
+    groups = crawl_groups(keys, crawler.processes_for(len(keys)))
+    if len(groups) < len(keys):
+        context.log.info(
+            f"{len(keys)} shards in {len(groups)} crawl processes: "
+            + "; ".join(", ".join(group) for group in groups)
+        )
+    for group in groups:
+        yield dg.DynamicOutput(group, mapping_key=group_key(group))
 
 
 def learned_dir_of(dataset: DatasetResource, staging: StagingResource):
@@ -133,7 +151,7 @@ def learned_dir_of(dataset: DatasetResource, staging: StagingResource):
 )
 def crawl_shard(
     context: dg.OpExecutionContext,
-    shard: str,
+    shards: list,
     dataset: DatasetResource,
     staging: StagingResource,
     crawler: CrawlerResource,
@@ -141,24 +159,36 @@ def crawl_shard(
     crawl_process: CrawlProcessClient,
     virtual_web: VirtualWebResource,
 ):
-    """Crawl one shard in its own process (Scrapy through Dagster Pipes)."""
+    """Crawl a group of shards in one process (Scrapy through Dagster Pipes, one crawler per
+    shard); outputs one result per shard, its statistics or its failure."""
     from enrich_crawl.crawl.params import WorkerParams
     from enrich_crawl.staging import write_json
 
     spec = dataset.load()
     stage = staging.stage(spec.name)
-    out_dir = stage.crawl_dir(shard)
     node = node_name()
-    # nothing of the shard's files is touched before this attempt owns them (staging.claim_shard)
-    claim_crawl_files(context, out_dir, node)
+    out_dirs = {shard: stage.crawl_dir(shard) for shard in shards}
+    # nothing of a shard's files is touched before this attempt owns them (staging.claim_shard)
+    for out_dir in out_dirs.values():
+        claim_crawl_files(context, out_dir, node)
+    names = ", ".join(shards)
+
+    def failed(errors: dict[str, str]) -> list[dict]:
+        """The failures of these shards, written where the check every_shard_crawled finds them."""
+        out = []
+        for shard, error in errors.items():
+            failure = _failure(context, shard, node, error)
+            write_json(out_dirs[shard] / CRAWL_FAILURE_FILE, failure)
+            out.append(failure)
+        return out
+
     if context.retry_number > CRAWL_RETRY.max_retries:
         # retried past its policy: its worker was lost on the last attempt (the executor
         # retries a step whose worker died, defs/celery_recovery.py); give up as a crawl
         # failure does, so that every other shard is still resolved and merged
-        failure = _failure(context, shard, node, "the worker running it was lost")
-        write_json(out_dir / CRAWL_FAILURE_FILE, failure)
-        context.log.error(f"crawl of shard {shard} abandoned: {failure['error']}")
-        yield dg.Output(failure, metadata={"node": node, "crawl_failed": 1})
+        failures = failed({shard: "the worker running it was lost" for shard in shards})
+        context.log.error(f"crawl of shard(s) {names} abandoned: {failures[0]['error']}")
+        yield dg.Output(failures, metadata={"node": node, "crawl_failed": len(failures)})
         return
 
     env = crawler.environment()
@@ -177,66 +207,96 @@ def crawl_shard(
     )
     crawl["time_budget_seconds"] = round(budget, 3) if budget else 0.0
     if budget and run_budget and budget < (partition_budget or float("inf")):
-        context.log.info(f"shard {shard}: {budget:.0f} s left of the run's {run_budget:.0f} s")
-    params = WorkerParams(
-        dataset=spec.name,
-        partition=shard,
-        seed_path=str(stage.seed_shard(shard)),
-        out_dir=str(out_dir),
-        mappings_dir=str(dataset.mappings_dir()),
-        field_types=spec.field_types(),
-        crawl=crawl,
-        run_id=context.run_id,
-        user_agent=env["user_agent"],
-        proxy=env["proxy"],
-        allow_private=env["allow_private"],
-        chromium=env["chromium"],
-        mongo_db=mongo.database_name(),
-        max_active_records=crawler.max_active_records,
-        log_level=crawler.log_level,
-    )
+        context.log.info(f"shard(s) {names}: {budget:.0f} s left of the run's {run_budget:.0f} s")
     learned = learned_dir_of(dataset, staging)
-    if learned is not None:
-        params.learned_mappings_dir = str(learned)
+    params = [
+        WorkerParams(
+            dataset=spec.name,
+            partition=shard,
+            seed_path=str(stage.seed_shard(shard)),
+            out_dir=str(out_dirs[shard]),
+            mappings_dir=str(dataset.mappings_dir()),
+            field_types=spec.field_types(),
+            crawl=crawl,
+            run_id=context.run_id,
+            user_agent=env["user_agent"],
+            proxy=env["proxy"],
+            allow_private=env["allow_private"],
+            chromium=env["chromium"],
+            mongo_db=mongo.database_name(),
+            max_active_records=crawler.max_active_records,
+            log_level=crawler.log_level,
+            learned_mappings_dir=str(learned) if learned is not None else None,
+        )
+        for shard in shards
+    ]
+
+    def still_wanted() -> str | None:
+        return next((why for d in out_dirs.values() if (why := superseded(d, context))), None)
+
+    last = context.retry_number >= CRAWL_RETRY.max_retries
     try:
         with contextlib.ExitStack() as stack:
             if spec.virtual_web is not None:
                 # the dataset brings its own web (demo, offline tests): served for this crawl
+                # process, its request log in its first shard's folder (the robots check reads
+                # every shard's)
                 web = stack.enter_context(
-                    virtual_web.serve(spec.virtual_web, out_dir / WEB_REQUESTS_FILE)
+                    virtual_web.serve(spec.virtual_web, out_dirs[shards[0]] / WEB_REQUESTS_FILE)
                 )
-                params.proxy = web.proxy_url
+                for p in params:
+                    p.proxy = web.proxy_url
                 context.log.info(
                     f"serving the dataset's virtual web {spec.virtual_web} at {web.proxy_url}"
                 )
-            context.log.info(f"crawl of shard {shard} on {node} (attempt {context.retry_number})")
-            stats = crawl_process.run_crawl(
+            context.log.info(
+                f"crawl of shard(s) {names} on {node} (attempt {context.retry_number})"
+            )
+            results = crawl_process.run_crawls(
                 context=context,
-                params=params,
+                shards=params,
                 env={"MONGODB_URI": mongo.effective_uri()},
-                still_wanted=lambda: superseded(out_dir, context),
+                still_wanted=still_wanted,
             )
     except StaleCrawl:
         raise  # another attempt owns the shard's files: write nothing, not even a failure
     except dg.Failure as exc:
-        if context.retry_number < CRAWL_RETRY.max_retries:
+        if not last:
             raise
-        failure = _failure(context, shard, node, exc.description or str(exc))
-        write_json(out_dir / CRAWL_FAILURE_FILE, failure)
+        results = {shard: exc.description or str(exc) for shard in shards}
+    errors = {shard: r for shard, r in results.items() if isinstance(r, str)}
+    if errors and not last:
+        # a retry crawls the group again (its finished shards' pages come from the page store)
+        raise dg.Failure(
+            description="; ".join(errors.values()),
+            metadata={"shards": names, "failed": ", ".join(errors)},
+        )
+    for shard, error in errors.items():
         context.log.error(
             f"crawl of shard {shard} failed after {context.retry_number + 1} attempts "
-            f"({exc.description}); the other shards go on and the check every_shard_crawled "
+            f"({error}); the other shards go on and the check every_shard_crawled "
             f"will fail this run. Re-run it alone with: {config.dagster_env_prefix()}"
             f"dagster asset materialize -m "
             f"enrich_crawl.definitions --select 'crawl_results*' --partition {shard}"
         )
-        # an output all the same (a Pipes step must yield its outputs): summarize_crawl and the
-        # check every_shard_crawled read the failure from it
-        yield dg.Output(failure, metadata={"node": node, "crawl_failed": 1})
-        return
-    stats = {**stats, "node": node, "time_budget_seconds": budget or 0.0}
-    # a Pipes session puts the op in typed-event-stream mode: outputs must be explicit
-    yield dg.Output(stats, metadata={"node": node, "pages": int(stats.get("pages") or 0)})
+    failures = {f["partition"]: f for f in failed(errors)}
+    outputs = [
+        failures[shard]
+        if shard in failures
+        else {**results[shard], "node": node, "time_budget_seconds": budget or 0.0}
+        for shard in shards
+    ]
+    # a Pipes session puts the op in typed-event-stream mode: outputs must be explicit; a shard
+    # that failed is an output all the same (summarize_crawl and the check every_shard_crawled
+    # read the failure from it)
+    metadata: dict[str, Any] = {
+        "node": node,
+        "shards": names,
+        "pages": sum(int(o.get("pages") or 0) for o in outputs),
+    }
+    if failures:
+        metadata["crawl_failed"] = len(failures)
+    yield dg.Output(outputs, metadata=metadata)
 
 
 def _failure(context: dg.OpExecutionContext, shard: str, node: str, error: str) -> dict:
@@ -339,9 +399,11 @@ def shard_metadata(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 @dg.op(out=dg.Out(dg.Nothing))
-def summarize_crawl(context: dg.OpExecutionContext, shard_stats: list[dict]) -> None:
-    """Crawl statistics as metadata: per shard partition, and the run's totals."""
+def summarize_crawl(context: dg.OpExecutionContext, shard_stats: list[list]) -> None:
+    """Crawl statistics as metadata: per shard partition, and the run's totals (`shard_stats`:
+    each crawl process's list of its shards' results)."""
     step = context.get_step_execution_context()
+    shard_stats = [s for group in shard_stats for s in group]
     failures = {s["partition"]: s for s in shard_stats if s.get("crawl_failed")}
     shard_stats = [s for s in shard_stats if not s.get("crawl_failed")]
     crawled = {s["partition"]: s for s in shard_stats}

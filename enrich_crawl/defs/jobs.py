@@ -1,9 +1,9 @@
 """`enrich_job`: the whole chain for the configured dataset, every shard in one run.
 
-The crawl fans out one step per shard. Locally the steps run as parallel processes (multiprocess
-executor; `max_concurrent` defaults to ENRICH_MAX_PARALLEL or 8 because a crawl step mostly waits on
-politeness delays, not on the CPU); with ENRICH_EXECUTOR=celery they run on dagster-celery workers
-on any number of machines. The `crawl` concurrency pool (dagster.yaml) bounds crawls across runs.
+The crawl fans out one step per crawl process (a shard, or a group of shards: ENRICH_CRAWL_PROCESSES).
+Locally the steps run as parallel processes (multiprocess executor; `max_concurrent` defaults to
+ENRICH_MAX_PARALLEL or 8 because a crawl step mostly waits on politeness delays, not on the CPU);
+with ENRICH_EXECUTOR=celery they run on dagster-celery workers on any number of machines. The `crawl` concurrency pool (dagster.yaml) bounds crawls across runs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Partitions: shards of one dataset (static), and the registered datasets (dynamic).
 
 Shards: records sharded by a hash of their registrable domain (ENRICH_SHARDS shards, keys s00..).
-A shard key names one crawl process; a host's records all land in one shard, so its requests come
-from one process (enrich_crawl.dataset.shard). The shard key is the Dagster partition key that
+A host's records all land in one shard, so its requests come from one crawl process
+(enrich_crawl.dataset.shard); a crawl process crawls one shard, or a group of them
+(CrawlerResource.crawl_processes). The shard key is the Dagster partition key that
 lineage records (`lineage.<field>.partition`).
 
 Datasets: when several datasets are configured (spec files in a watched folder, see sensors.py),

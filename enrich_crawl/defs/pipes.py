@@ -263,7 +263,8 @@ def _wait(process: subprocess.Popen, still_wanted: Any, check_every: float) -> i
 
 
 class CrawlProcessClient(dg.ConfigurableResource):
-    """Launches `python -m enrich_crawl.crawl.worker` for one shard and streams its progress."""
+    """Launches `python -m enrich_crawl.crawl.worker` for one shard, or for several shards
+    crawled at once in that one process, and streams its progress."""
 
     termination_timeout_seconds: float = Field(
         default=20.0, description="Grace period after SIGINT before the crawl tree is killed."
@@ -282,13 +283,43 @@ class CrawlProcessClient(dg.ConfigurableResource):
         while the crawl runs, may say why it must stop (its attempt was superseded: a retry
         elsewhere owns the shard's files now); the crawl tree is then stopped and the step
         fails without retries."""
+        (result,) = self.run_crawls(
+            context=context,
+            shards=[params],
+            env=env,
+            still_wanted=still_wanted,
+            check_every=check_every,
+        ).values()
+        if isinstance(result, str):
+            raise dg.Failure(description=result, metadata={"shard": params.partition})
+        return result
+
+    def run_crawls(
+        self,
+        *,
+        context: dg.OpExecutionContext,
+        shards: list[WorkerParams],
+        env: dict[str, str] | None = None,
+        still_wanted: Any = None,
+        check_every: float = 10.0,
+    ) -> dict[str, dict[str, Any] | str]:
+        """The shards' crawls in one process: per shard (in the order given), its final
+        statistics, or why it has none (a str). The process failing as a whole (killed,
+        crashed before any crawl ended) fails the step; `still_wanted()` as in `run_crawl`."""
+        names = ", ".join(p.partition for p in shards)
+        what = f"shard {names}" if len(shards) == 1 else f"shards {names}"
         command = [sys.executable, "-m", "enrich_crawl.crawl.worker"]
+        extras: dict[str, Any] = (
+            {"params": shards[0].to_dict()}
+            if len(shards) == 1
+            else {"shards": [p.to_dict() for p in shards]}
+        )
         with (
             dg.open_pipes_session(
                 context=context,
                 context_injector=dg.PipesTempFileContextInjector(),
                 message_reader=PatientFileMessageReader(),
-                extras={"params": params.to_dict()},
+                extras=extras,
             ) as session,
             _StopSignals() as signals,
         ):
@@ -299,13 +330,13 @@ class CrawlProcessClient(dg.ConfigurableResource):
                 preexec_fn=_parent_death_signal(),
             )
             try:
-                context.log.info(f"crawl of shard {params.partition} started (pid {process.pid})")
+                context.log.info(f"crawl of {what} started (pid {process.pid})")
                 returncode = _wait(process, still_wanted, check_every)
             except Superseded as exc:
                 signals.stopping = True
                 terminate_tree(process, self.termination_timeout_seconds)
                 raise StaleCrawl(
-                    description=f"crawl of shard {params.partition} stopped: {exc}",
+                    description=f"crawl of {what} stopped: {exc}",
                     allow_retries=False,
                 ) from None
             except BaseException:
@@ -314,21 +345,33 @@ class CrawlProcessClient(dg.ConfigurableResource):
                 terminate_tree(process, self.termination_timeout_seconds)
                 with contextlib.suppress(BaseException):
                     context.log.warning(
-                        f"run interrupted: stopped the crawl of shard {params.partition} "
+                        f"run interrupted: stopped the crawl of {what} "
                         f"(pid {process.pid}) and its children"
                     )
                 raise
-        if returncode != 0:
+        messages = [m for m in session.get_custom_messages() if isinstance(m, dict)]
+        finals = {
+            m["stats"].get("partition"): m["stats"]
+            for m in messages
+            if m.get("kind") == "final" and isinstance(m.get("stats"), dict)
+        }
+        failed = {
+            m.get("partition"): str(m.get("error")) for m in messages if m.get("kind") == "failed"
+        }
+        if returncode != 0 and not finals and not failed:
             raise dg.Failure(
-                description=f"crawl process of shard {params.partition} exited with code "
-                f"{returncode}",
-                metadata={"shard": params.partition, "exit_code": returncode},
+                description=f"crawl process of {what} exited with code {returncode}",
+                metadata={"shard": names, "exit_code": returncode},
             )
-        finals = [
-            m
-            for m in session.get_custom_messages()
-            if isinstance(m, dict) and m.get("kind") == "final"
-        ]
-        if not finals:
-            raise dg.Failure(description=f"crawl of shard {params.partition} reported no result")
-        return finals[-1]["stats"]
+        results: dict[str, dict[str, Any] | str] = {}
+        for params in shards:
+            key = params.partition
+            if key in finals:
+                results[key] = finals[key]
+            elif key in failed:
+                results[key] = f"crawl of shard {key} failed: {failed[key]}"
+            elif returncode != 0:
+                results[key] = f"crawl process of shard {key} exited with code {returncode}"
+            else:
+                results[key] = f"crawl of shard {key} reported no result"
+        return results

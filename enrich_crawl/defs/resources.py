@@ -95,12 +95,27 @@ class CrawlerResource(dg.ConfigurableResource):
         description="Stop each partition's crawl cleanly after this many seconds "
         "(what was found is still merged); default: the dataset's crawl.time_budget_seconds.",
     )
+    crawl_processes: int | None = Field(
+        default=None,
+        description="Crawl processes (crawl steps) a run's shards are dealt out into; fewer "
+        "than the shards: several shards' crawls share a process (one Scrapy crawler each); "
+        "0: one per shard; default ENRICH_CRAWL_PROCESSES (unset: the machine's cores, one per "
+        "shard with Celery).",
+    )
     run_time_budget_seconds: float | None = Field(
         default=None,
         description="Budget of the whole run's crawl: a shard's crawl gets at most what is left "
         "of it when it starts (counted from the run's start), stops cleanly when it is spent, "
         "and what it found is still merged; default ENRICH_RUN_TIME_BUDGET (unset: none).",
     )
+
+    def processes_for(self, shards: int) -> int:
+        """How many crawl processes a run of `shards` shards uses."""
+        if self.crawl_processes is None:
+            return config.crawl_processes(shards)
+        if self.crawl_processes < 0:
+            raise ValueError(f"crawl_processes={self.crawl_processes} must be 0 or more")
+        return shards if self.crawl_processes == 0 else min(self.crawl_processes, shards)
 
     def run_budget(self) -> float | None:
         """The per-run crawl budget in seconds, or None."""

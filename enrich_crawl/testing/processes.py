@@ -1,9 +1,10 @@
-"""Find the crawl worker processes of this machine, and which shard each one crawls.
+"""Find the crawl worker processes of this machine, and which shards each one crawls.
 
 A crawl worker (`python -m enrich_crawl.crawl.worker`) launched through Dagster Pipes carries its
 parameters in the Pipes context (the DAGSTER_PIPES_CONTEXT variable names a file holding them), so
 tests and benchmarks can tell the crawl of shard s01 from the others, watch its process tree and
-kill it to simulate a crash.
+kill it to simulate a crash. A process crawling several shards (CrawlerResource.crawl_processes)
+names them all in `partitions`; `partition` is its first.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class CrawlWorker:
     partition: str | None
     run_id: str | None
     dataset: str | None
+    partitions: tuple[str, ...] = ()
 
     def tree(self) -> list[psutil.Process]:
         try:
@@ -32,22 +34,23 @@ class CrawlWorker:
             return []
 
 
-def _pipes_params(process: psutil.Process) -> dict[str, Any]:
+def _pipes_params(process: psutil.Process) -> list[dict[str, Any]]:
     from dagster_pipes import decode_param
 
     try:
         raw = process.environ().get("DAGSTER_PIPES_CONTEXT")
         if not raw:
-            return {}
+            return []
         source = decode_param(raw)
         if "path" in source:
             with open(source["path"], encoding="utf-8") as handle:
                 context = json.load(handle)
         else:
             context = source.get("data") or {}
-        return (context.get("extras") or {}).get("params") or {}
+        extras = context.get("extras") or {}
+        return list(extras.get("shards") or [extras.get("params") or {}])
     except (psutil.Error, OSError, ValueError, KeyError, TypeError):
-        return {}
+        return []
 
 
 def crawl_workers() -> Iterator[CrawlWorker]:
@@ -59,9 +62,14 @@ def crawl_workers() -> Iterator[CrawlWorker]:
                 continue
         except psutil.Error:
             continue
-        params = _pipes_params(process)
+        shards = _pipes_params(process)
+        params = shards[0] if shards else {}
         yield CrawlWorker(
-            process, params.get("partition"), params.get("run_id"), params.get("dataset")
+            process,
+            params.get("partition"),
+            params.get("run_id"),
+            params.get("dataset"),
+            tuple(p["partition"] for p in shards if p.get("partition")),
         )
 
 

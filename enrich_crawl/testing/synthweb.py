@@ -408,10 +408,14 @@ def run_workers(
     log_level: str = "WARNING",
     allow_private: bool = False,
     max_active_records: int = 2000,
+    processes: int | None = None,
 ) -> WorkerRun:
     """Crawl every shard of the dataset at once, one `python -m enrich_crawl.crawl.worker
-    --params FILE` process per shard (what Dagster launches through Pipes)."""
+    --params FILE` process per shard (what Dagster launches through Pipes), or the shards dealt
+    out into `processes` processes as the crawl steps deal them (`--params` repeated; a shard's
+    return code and log are its process's)."""
     from enrich_crawl.crawl.params import WorkerParams
+    from enrich_crawl.dataset.shard import crawl_groups
 
     spec, stage, keys = prepared or seed_shards(dataset, work, shards)
     crawl = {**spec.crawl.to_dict(), **(crawl_overrides or {})}
@@ -420,6 +424,7 @@ def run_workers(
     started = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy")}
     env.pop("MONGODB_URI", None)
+    params_files: dict[str, Path] = {}
     for key in keys:
         out_dir = work / run_id / key
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -441,16 +446,21 @@ def run_workers(
             log_level=log_level,
             max_active_records=max_active_records,
         )
-        params_file = out_dir / "params.json"
-        params_file.write_text(json.dumps(params.to_dict()), encoding="utf-8")
-        log_path = out_dir / "worker.log"
+        params_files[key] = out_dir / "params.json"
+        params_files[key].write_text(json.dumps(params.to_dict()), encoding="utf-8")
+    for group in crawl_groups(list(keys), processes or len(keys)):
+        argv = [sys.executable, "-m", "enrich_crawl.crawl.worker"]
+        for key in group:
+            argv += ["--params", str(params_files[key])]
+        log_path = work / run_id / group[0] / "worker.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "enrich_crawl.crawl.worker", "--params", str(params_file)],
+            argv,
             stdout=subprocess.DEVNULL,
             stderr=open(log_path, "w", encoding="utf-8"),  # noqa: SIM115
             env=env,
         )
-        procs[key] = (proc, log_path)
+        for key in group:
+            procs[key] = (proc, log_path)
     deadline = time.monotonic() + timeout
     for key, (proc, log_path) in procs.items():
         try:
