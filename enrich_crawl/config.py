@@ -210,6 +210,14 @@ def crawl_processes(shards: int) -> int:
             raise ValueError(f"ENRICH_CRAWL_PROCESSES={raw!r} is not an integer") from exc
         if wanted < 0:
             raise ValueError(f"ENRICH_CRAWL_PROCESSES={wanted} must be 0 (one per shard) or more")
+    return processes_for(wanted, shards)
+
+
+def processes_for(wanted: int, shards: int) -> int:
+    """The crawl processes of a run of `shards` shards when `wanted` are asked for (0: one per
+    shard; never more than the shards)."""
+    if wanted < 0:
+        raise ValueError(f"crawl processes: {wanted} must be 0 (one per shard) or more")
     return shards if wanted == 0 else max(1, min(wanted, shards))
 
 

@@ -123,7 +123,7 @@ def test_crawl_processes_default_to_the_cores_and_to_one_per_shard_with_celery(m
     # the resource's field wins over the environment
     assert CrawlerResource(crawl_processes=2).processes_for(8) == 2
     assert CrawlerResource(crawl_processes=0).processes_for(8) == 8
-    with pytest.raises(ValueError, match="crawl_processes"):
+    with pytest.raises(ValueError, match="crawl processes"):
         CrawlerResource(crawl_processes=-2).processes_for(8)
 
 

@@ -113,9 +113,7 @@ class CrawlerResource(dg.ConfigurableResource):
         """How many crawl processes a run of `shards` shards uses."""
         if self.crawl_processes is None:
             return config.crawl_processes(shards)
-        if self.crawl_processes < 0:
-            raise ValueError(f"crawl_processes={self.crawl_processes} must be 0 or more")
-        return shards if self.crawl_processes == 0 else min(self.crawl_processes, shards)
+        return config.processes_for(self.crawl_processes, shards)
 
     def run_budget(self) -> float | None:
         """The per-run crawl budget in seconds, or None."""
