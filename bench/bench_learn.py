@@ -4,7 +4,8 @@ hand-written mapping, CPU per example page, rule kinds; the Python docs against 
     python -m bench.bench_learn [--corpus pydocs structured synth] [--scale 1.0]
         [--examples-per-template N] [--tail-examples 400] [--eval-records 2000]
 
-For each corpus (`enrich_crawl.testing.learn_corpora`, ~30% of each field's cells known):
+For each corpus (`enrich_crawl.testing.learn_corpora`, and `synth` from bench/e2e/synth_corpus.py;
+~30% of each field's cells known):
 
 1. Examples: the records with a known value, sampled per template (host + first path segment)
    until each field has `--examples-per-template` examples; the long tail (templates with fewer
@@ -36,12 +37,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.e2e.synth_corpus import build_corpus
 from enrich_crawl.extract.learn import Example, learn, write_learned
 from enrich_crawl.extract.mapping import MappingSet
 from enrich_crawl.testing.learn_corpora import (
     PageSource,
     WebFolder,
-    build_corpus,
     offline_fill,
     record_pages,
     score,

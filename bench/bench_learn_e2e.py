@@ -1,6 +1,7 @@
 """Learning end to end: `enrich-crawl mapping learn` then `enrich-crawl run`, with NO hand-written
-mapping, on the corpora of enrich_crawl.testing.learn_corpora (pydocs, structured, synth), each
-served by the virtual web; writes bench/results/learn-e2e.json with a `checks` object.
+mapping, on the corpora of enrich_crawl.testing.learn_corpora (pydocs, structured) and synth
+(bench/e2e/synth_corpus.py), each served by the virtual web; writes bench/results/learn-e2e.json
+with a `checks` object.
 
     python -m bench.bench_learn_e2e [--corpora pydocs,structured,synth] [--known 0.3]
         [--out bench/results/learn-e2e.json] [--work DIR] [--shards 4]
@@ -157,8 +158,8 @@ def _politeness(entries: list[dict], web_root: Path, delay: float) -> dict[str, 
 def bench_corpus(name: str, args: argparse.Namespace, mongo: Any, work: Path) -> dict[str, Any]:
     import yaml
 
+    from bench.e2e.synth_corpus import build_corpus
     from enrich_crawl.staging import read_jsonl
-    from enrich_crawl.testing.learn_corpora import build_corpus
     from enrich_crawl.virtualweb import running_web
 
     root = work / name

@@ -20,7 +20,6 @@ from enrich_crawl.learning import (
     sample_for_learning,
     sample_for_mappings,
     template_key,
-    with_learned,
 )
 from enrich_crawl.quality import audit_request_log
 from enrich_crawl.staging import DatasetStage, read_jsonl
@@ -100,7 +99,7 @@ def test_given_mappings_take_precedence_over_learned(tmp_path):
     other = dict(TABLE_MAPPING, name="learned_generic", priority=5)
     (learned_dir / "clash.json").write_text(json.dumps(clash))
     (learned_dir / "other.json").write_text(json.dumps(other))
-    combined = with_learned(MappingSet.load(given_dir), MappingSet.load(learned_dir))
+    combined = MappingSet.load(given_dir).with_learned(MappingSet.load(learned_dir))
     assert [m.name for m in combined] == ["org_a_table", "learned_generic"]
     assert combined.by_name["learned_generic"].priority < combined.by_name["org_a_table"].priority
 

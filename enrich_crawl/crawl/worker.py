@@ -187,11 +187,7 @@ def _load_mappings(params: WorkerParams) -> Any:
 
     mappings = MappingSet.load(params.mappings_dir, strict=False)
     if params.learned_mappings_dir:
-        from enrich_crawl.learning import with_learned
-
-        mappings = with_learned(
-            mappings, MappingSet.load(params.learned_mappings_dir, strict=False)
-        )
+        mappings = mappings.with_learned(MappingSet.load(params.learned_mappings_dir, strict=False))
     for error in mappings.errors:
         logging.getLogger(__name__).error("mapping skipped: %s", error)
     return mappings

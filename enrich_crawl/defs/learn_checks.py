@@ -78,7 +78,6 @@ def mapping_agreement(
         agreement_problems,
         evaluate_dataset,
         evaluation_rows,
-        with_learned,
     )
     from enrich_crawl.staging import read_json
 
@@ -89,7 +88,7 @@ def mapping_agreement(
     mappings = MappingSet.load(dataset.mappings_dir(), strict=False)
     learned = learned_dir_of(dataset, staging)
     if learned is not None:
-        mappings = with_learned(mappings, MappingSet.load(learned, strict=False))
+        mappings = mappings.with_learned(MappingSet.load(learned, strict=False))
     env = crawler.environment()
     ctx = FetchContext(
         work_dir=stage.agreement_work,

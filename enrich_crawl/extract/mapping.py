@@ -327,6 +327,19 @@ class MappingSet:
         result.errors = errors
         return result
 
+    def with_learned(self, learned: MappingSet) -> MappingSet:
+        """These mappings plus the learned ones, these taking precedence: a learned mapping named
+        like one of these is left out, and the learned ones rank below every one of these (their
+        priorities shifted down together, so their own order holds)."""
+        kept = [m for m in learned if m.name not in self.by_name]
+        if len(self) and kept:
+            shift = min(0, min(m.priority for m in self) - 1 - max(m.priority for m in kept))
+            for mapping in kept:
+                mapping.priority += shift
+        combined = MappingSet([*self, *kept])
+        combined.errors = [*self.errors, *learned.errors]
+        return combined
+
 
 def load_mapping_file(path: str | Path) -> Mapping:
     path = Path(path)

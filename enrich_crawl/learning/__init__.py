@@ -7,7 +7,6 @@ side and the orchestration, in plain code (no Dagster, no Scrapy).
                           process, same politeness, crawled-URL store) in collecting mode
     learn_dataset         sample -> collect -> enrich_crawl.extract.learn.learn -> mapping files
     evaluate_dataset      sample -> collect -> enrich_crawl.extract.learn.evaluate
-    with_learned          given mappings plus learned ones, the given ones taking precedence
 
 `enrich-crawl mapping learn|evaluate`, the `learned_mappings` asset and the `mapping_agreement`
 check call these; the learner itself lives in enrich_crawl.extract.learn.
@@ -22,7 +21,7 @@ from enrich_crawl.learning.fetch import (
     fetch_summary,
     run_worker,
 )
-from enrich_crawl.learning.mappings import REPORT_FILE, clear_learned, has_mappings, with_learned
+from enrich_crawl.learning.mappings import REPORT_FILE, clear_learned, has_mappings
 from enrich_crawl.learning.run import (
     LearningError,
     LearnOutcome,
@@ -74,6 +73,5 @@ __all__ = [
     "sample_for_mappings",
     "split_probes",
     "template_key",
-    "with_learned",
     "write_sample_shard",
 ]

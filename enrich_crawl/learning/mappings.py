@@ -1,30 +1,12 @@
-"""Learned mappings beside given ones: which take precedence, which files an earlier `learn`
-wrote."""
+"""Learned mappings on disk: whether a folder holds any, which files an earlier `learn` wrote
+(the given mappings' precedence over learned ones is `MappingSet.with_learned`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 REPORT_FILE = "learn-report.json"
-
-
-def with_learned(given: Any, learned: Any) -> Any:
-    """The given mappings plus the learned ones, the given ones taking precedence: a learned
-    mapping named like a given one is left out, and the learned ones rank below every given one
-    (their priorities shifted down together, so their own order holds)."""
-    from enrich_crawl.extract.mapping import MappingSet
-
-    names = {m.name for m in given}
-    kept = [m for m in learned if m.name not in names]
-    if len(given) and kept:
-        shift = min(0, min(m.priority for m in given) - 1 - max(m.priority for m in kept))
-        for mapping in kept:
-            mapping.priority += shift
-    combined = MappingSet([*given, *kept])
-    combined.errors = [*given.errors, *learned.errors]
-    return combined
 
 
 def has_mappings(directory: Path | None) -> bool:

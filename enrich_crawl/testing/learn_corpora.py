@@ -7,7 +7,8 @@ ground truth that does not come from the learner.
     corpus.truth          # record id -> {field: true value or None}; also truth.json
     corpus.hidden         # record id -> fields blank in the table whose truth is known; hidden.json
 
-Corpora:
+Corpora (the benchmarks add `synth`, the end-to-end benchmark's generated web:
+`bench/e2e/synth_corpus.py`):
 
 - `pydocs`: the module pages of Debian's python3.11-doc (`enrich_crawl.testing.pydocs`): one
   site, one template, pages serving several modules (`#module-x` fragments). Truth from the
@@ -15,10 +16,6 @@ Corpora:
 - `structured`: real pages that packages ship as test fixtures (see
   `enrich_crawl.testing.structured_pages`), on the hosts they were saved from, carrying
   OpenGraph, JSON-LD or microdata. Truth from a second extractor, extruct.
-- `synth`: the end-to-end benchmark's generated web (`bench/e2e/generate.py`: org sites in 16
-  themes, shared hosting, directories with one section per record), at its full scale by default.
-  Fields that robots.txt, dead hosts or broken seed URLs make unreachable are listed in
-  `unfindable.json` (they are not expected from any mapping).
 - `djangodocs`: the Django 3.2 docs of Debian's python-django-doc (`enrich_crawl.testing.
   djangodocs`): pages, and settings, template tags and filters on pages serving many, with odd
   pages (an image, a script, empty, 6 MB, binary, missing) mixed in. Truth from objects.inv.
@@ -31,13 +28,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from enrich_crawl.testing.corpus import Corpus, _split_cells, _write
 
-CORPORA = ("pydocs", "structured", "synth", "djangodocs")
+CORPORA = ("pydocs", "structured", "djangodocs")
 USER_AGENT_TOKEN = "enrich_crawl"
 
 
@@ -80,67 +78,6 @@ def _build_pydocs(root: Path, known_fraction: float, seed: int, scale: float) ->
     return corpus
 
 
-# -- synth -------------------------------------------------------------------------------------------
-
-
-def _build_synth(root: Path, known_fraction: float, seed: int, scale: float) -> Corpus:
-    try:
-        from bench.e2e import generate as gen
-    except ImportError as exc:  # an installed package without the repository's bench/
-        raise RuntimeError(
-            f"the synth corpus needs the repository's bench/ package: {exc}"
-        ) from exc
-    hosts = max(20, round(1000 * scale))
-    n_records = max(200, round(20000 * scale))
-    cfg = gen.GenConfig(seed=seed + 1, hosts=hosts, records=n_records, plugins=())
-    out = root / "generated"
-    marker = out / ".learn-corpus"
-    if not (marker.exists() and marker.read_text() == cfg.key()):
-        gen.generate(cfg, out, log=lambda _msg: None)
-        marker.write_text(cfg.key())
-    _hosts, records, _sites, _plugins, _notes = gen.build_model(cfg)
-    rng = random.Random(f"synth:{seed}")
-    field_types = dict(gen.FIELDS)
-    truth: dict[str, dict[str, Any]] = {}
-    urls: dict[str, list[str]] = {}
-    unfindable: dict[str, dict[str, str]] = {}
-    url_rng = random.Random(f"synth-urls:{seed}")
-    for record in records:
-        truth[record.id] = {f: record.org.values[f] for f in field_types}
-        website, profile = gen._seed_cells(url_rng, record)
-        urls[record.id] = [website, profile]
-        record.missing = list(field_types)
-        facts = gen.ground_truth(record)
-        why = {
-            f: facts["why"].get(f, "unfindable") for f, ok in facts["findable"].items() if not ok
-        }
-        if why:
-            unfindable[record.id] = why
-
-    def dirty(rng_: random.Random, value: Any, text: str) -> str:
-        return gen._dirty(rng_, value)
-
-    known, cells, hidden = _split_cells(truth, field_types, known_fraction, rng, dirty=dirty)
-    corpus = Corpus(
-        name="synth",
-        root=root,
-        spec_path=root / "synth.yaml",
-        web_root=out / "web",
-        field_types=field_types,
-        id_column="org_id",
-        url_columns=["website", "profile_url"],
-        urls=urls,
-        known=known,
-        truth=truth,
-        hidden=hidden,
-        unfindable=unfindable,
-        depth=gen.DEPTH,
-        notes=[f"bench/e2e/generate.py {cfg}", "truth: the generator's model"],
-    )
-    _write(corpus, cells)
-    return corpus
-
-
 # -- structured --------------------------------------------------------------------------------------
 
 
@@ -167,21 +104,23 @@ def build_corpus(
     known_fraction: float = 0.3,
     seed: int = 0,
     scale: float = 1.0,
+    more: dict[str, Callable[..., Corpus]] | None = None,
     **options: Any,
 ) -> Corpus:
     """Build corpus `name` into `root` (see the module docstring); `scale` < 1 builds a smaller
     one (tests); `options` go to that corpus's builder (structured: `sources="set-up"`, the
-    packages that set-up fetched, for the tests)."""
+    packages that set-up fetched, for the tests). `more`: builders of other corpora by name
+    (`builder(root, known_fraction, seed, scale)`), the benchmarks' `synth`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     builders = {
         "pydocs": _build_pydocs,
         "structured": _build_structured,
-        "synth": _build_synth,
         "djangodocs": _build_djangodocs,
+        **(more or {}),
     }
     if name not in builders:
-        raise ValueError(f"unknown corpus {name!r} (known: {', '.join(CORPORA)})")
+        raise ValueError(f"unknown corpus {name!r} (known: {', '.join(builders)})")
     if not 0 < known_fraction < 1:
         raise ValueError(f"known_fraction must be between 0 and 1, not {known_fraction}")
     return builders[name](root, known_fraction, seed, scale, **options)
