@@ -94,7 +94,8 @@ def test_no_two_requests_to_a_host_closer_than_its_delay_across_workers(fleet_cr
 
 def test_shards_sharing_a_crawl_process_stay_polite_to_each_other(tmp_path, mongo_server):
     """4 shards crawled in 2 processes (two Scrapy crawlers each, CrawlerResource.crawl_processes):
-    each shard finishes with its own statistics and every record resolved, and the registries
+    each shard finishes with its own statistics, every record resolved and half its process's
+    limits (records and downloads in flight), and the registries
     that every shard needs see no two requests closer than their delay, whichever crawler of
     whichever process sent them (the fleet-wide limiter between the crawlers of one process as
     between processes)."""
@@ -111,6 +112,7 @@ def test_shards_sharing_a_crawl_process_stay_polite_to_each_other(tmp_path, mong
             processes=2,
             mongo_uri=mongo_server.uri,
             mongo_db=f"grouped_{int(time.time())}",
+            crawl_overrides={"concurrent_requests": 7},
         )
         log = server.read_log()
     assert set(run.returncodes.values()) == {0}, run.logs
@@ -120,9 +122,11 @@ def test_shards_sharing_a_crawl_process_stay_polite_to_each_other(tmp_path, mong
         assert stats["finish_reason"] == "finished" and stats["pages"] > 0
         outcomes.update(stats["outcomes"])
     assert outcomes == {"resolved": web.records}
-    # two processes, two shards each
+    # two processes, two shards each, each crawl with half its process's limits
     processes = Counter(s["crawl_process"] for s in run.stats.values())
     assert sorted(processes.values()) == [2, 2], processes
+    expected = {"max_active_records": 1000, "concurrent_requests": 4}  # 2000 and 7 halved, up
+    assert all(s["limits"] == expected for s in run.stats.values()), run.stats
     problems = politeness_violations(log, web)
     assert problems == {"disallowed": [], "robots_not_first": [], "too_close": []}, problems
     by_host = requests_by_host(log)
@@ -187,6 +191,8 @@ def test_statistics_of_each_partition(fleet_crawl):
         assert stats["pages_per_resolved_record"] is not None
         assert stats["pages_per_resolved_record"] <= 4.5  # home, about, contact, registry
         assert "started_at" in stats and stats["errors_by_kind"] == {}
+        # one crawl per process: the process's limits whole
+        assert stats["limits"]["max_active_records"] == 2000
 
 
 def test_shared_limiter_spaces_two_processes_on_one_host(mongo_server, mongo_db_name):

@@ -44,6 +44,21 @@ class WorkerParams:
         """`crawl` parsed (once: the spider, the settings and the worker all ask for it)."""
         return CrawlConfig.from_mapping(self.crawl)
 
+    def share_of_process(self, crawls: int) -> WorkerParams:
+        """These parameters for one of `crawls` crawls that share a process: the records in
+        flight (`max_active_records`) and the downloads in flight (`concurrent_requests`) are
+        the process's, shared out among its crawls (rounded up, at least one each), so that a
+        process's memory and connections do not grow with the shards it is given."""
+        if crawls <= 1:
+            return self
+        crawl = {
+            **self.crawl,
+            "concurrent_requests": -(-self.crawl_config.concurrent_requests // crawls),
+        }
+        return dataclasses.replace(
+            self, crawl=crawl, max_active_records=-(-self.max_active_records // crawls)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -164,6 +164,11 @@ class CrawlReport:
             "pages_per_resolved_record": round(counts["pages"] / resolved, 3) if resolved else None,
             "peak_rss_mb": peak_rss_mb(),  # of the crawl process (shared by its shards)
             "allocator": self.allocator,
-            # the process that crawled the shard (several shards may share one)
+            # the process that crawled the shard (several shards may share one), and this
+            # crawl's share of the process's limits (WorkerParams.share_of_process)
             "crawl_process": f"{socket.gethostname()}:{os.getpid()}",
+            "limits": {
+                "max_active_records": self.params.max_active_records,
+                "concurrent_requests": self.params.crawl_config.concurrent_requests,
+            },
         }
