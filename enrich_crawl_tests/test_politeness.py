@@ -125,7 +125,8 @@ def test_shards_sharing_a_crawl_process_stay_polite_to_each_other(tmp_path, mong
     # two processes, two shards each, each crawl with half its process's limits
     processes = Counter(s["crawl_process"] for s in run.stats.values())
     assert sorted(processes.values()) == [2, 2], processes
-    expected = {"max_active_records": 1000, "concurrent_requests": 4}  # 2000 and 7 halved, up
+    # 2000 records, 7 downloads (rounded up) and 32 MB of page cache halved
+    expected = {"max_active_records": 1000, "concurrent_requests": 4, "page_cache_mb": 16.0}
     assert all(s["limits"] == expected for s in run.stats.values()), run.stats
     problems = politeness_violations(log, web)
     assert problems == {"disallowed": [], "robots_not_first": [], "too_close": []}, problems
@@ -193,6 +194,7 @@ def test_statistics_of_each_partition(fleet_crawl):
         assert "started_at" in stats and stats["errors_by_kind"] == {}
         # one crawl per process: the process's limits whole
         assert stats["limits"]["max_active_records"] == 2000
+        assert stats["limits"]["page_cache_mb"] == 32.0
 
 
 def test_shared_limiter_spaces_two_processes_on_one_host(mongo_server, mongo_db_name):

@@ -46,14 +46,17 @@ class WorkerParams:
 
     def share_of_process(self, crawls: int) -> WorkerParams:
         """These parameters for one of `crawls` crawls that share a process: the records in
-        flight (`max_active_records`) and the downloads in flight (`concurrent_requests`) are
-        the process's, shared out among its crawls (rounded up, at least one each), so that a
-        process's memory and connections do not grow with the shards it is given."""
+        flight (`max_active_records`), the downloads in flight (`concurrent_requests`, rounded
+        up) and the in-memory page cache (`page_cache_mb`) are the process's, shared out among
+        its crawls, so that a process's memory and connections do not grow with the shards it
+        is given."""
         if crawls <= 1:
             return self
+        config = self.crawl_config
         crawl = {
             **self.crawl,
-            "concurrent_requests": -(-self.crawl_config.concurrent_requests // crawls),
+            "concurrent_requests": -(-config.concurrent_requests // crawls),
+            "page_cache_mb": config.page_cache_mb / crawls,
         }
         return dataclasses.replace(
             self, crawl=crawl, max_active_records=-(-self.max_active_records // crawls)

@@ -170,5 +170,6 @@ class CrawlReport:
             "limits": {
                 "max_active_records": self.params.max_active_records,
                 "concurrent_requests": self.params.crawl_config.concurrent_requests,
+                "page_cache_mb": self.params.crawl_config.page_cache_mb,
             },
         }

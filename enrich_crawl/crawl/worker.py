@@ -89,7 +89,7 @@ def run_crawls(
     keeps its own outputs, statistics, downloader slots and records; they share the process's
     start-up and its event loop, and the fleet-wide limiter keeps them polite to each other as it
     does separate processes, and the process's limits (`max_active_records`, the crawl's
-    `concurrent_requests`) are shared out among them. A crawl that fails does not stop the others:
+    `concurrent_requests` and `page_cache_mb`) are shared out among them. A crawl that fails does not stop the others:
     its place in the result holds the error, the others' their statistics."""
     from scrapy.crawler import Crawler, CrawlerProcess
 
@@ -123,7 +123,8 @@ def run_crawls(
     for n, params in enumerate(shards):
         # a shard that cannot start (its folder, its settings) fails alone
         try:
-            # the process's limits (records and downloads in flight) shared out among its crawls
+            # the process's limits (records and downloads in flight, page cache) shared out
+            # among its crawls
             params = params.share_of_process(len(shards))
             key = (params.mappings_dir, params.learned_mappings_dir)
             if key not in loaded:
