@@ -95,7 +95,7 @@ def test_no_two_requests_to_a_host_closer_than_its_delay_across_workers(fleet_cr
 def test_shards_sharing_a_crawl_process_stay_polite_to_each_other(tmp_path, mongo_server):
     """4 shards crawled in 2 processes (two Scrapy crawlers each, CrawlerResource.crawl_processes):
     each shard finishes with its own statistics, every record resolved and half its process's
-    limits (records and downloads in flight), and the registries
+    limits (records and downloads in flight, page cache), and the registries
     that every shard needs see no two requests closer than their delay, whichever crawler of
     whichever process sent them (the fleet-wide limiter between the crawlers of one process as
     between processes)."""

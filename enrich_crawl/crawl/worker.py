@@ -89,8 +89,8 @@ def run_crawls(
     keeps its own outputs, statistics, downloader slots and records; they share the process's
     start-up and its event loop, and the fleet-wide limiter keeps them polite to each other as it
     does separate processes, and the process's limits (`max_active_records`, the crawl's
-    `concurrent_requests` and `page_cache_mb`) are shared out among them. A crawl that fails does not stop the others:
-    its place in the result holds the error, the others' their statistics."""
+    `concurrent_requests` and `page_cache_mb`) are shared out among them. A crawl that fails does
+    not stop the others: its place in the result holds the error, the others' their statistics."""
     from scrapy.crawler import Crawler, CrawlerProcess
 
     from enrich_crawl.crawl.render import needs_browser
