@@ -66,16 +66,6 @@ def quiet_scrapy_boilerplate() -> None:
             logger.addFilter(_Boilerplate(prefixes))
 
 
-def run_crawl(
-    params: WorkerParams, progress: Callable[[dict[str, Any]], None] | None = None
-) -> dict[str, Any]:
-    """Run the crawl of one partition to the end; returns its statistics."""
-    (result,) = run_crawls([params], progress)
-    if isinstance(result, BaseException):
-        raise result
-    return result
-
-
 # what every crawl of one process shares (the environment's proxy, the reactor, the resolver's
 # refusal of private addresses): its shards must agree on it
 PROCESS_WIDE = ("proxy", "allow_private", "mongo_uri")
