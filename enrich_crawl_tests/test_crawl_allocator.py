@@ -26,18 +26,32 @@ child = subprocess.run(
     [sys.executable, "-c", "from enrich_crawl.crawl import allocator; print(allocator.in_use())"],
     capture_output=True, text=True, check=True,
 )
+decay = None
+if allocator.in_use() == "jemalloc":  # what jemalloc itself runs with (its mallctl interface)
+    import ctypes
+    value, size = ctypes.c_ssize_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_ssize_t))
+    assert ctypes.CDLL(None).mallctl(
+        b"opt.dirty_decay_ms", ctypes.byref(value), ctypes.byref(size), None, 0
+    ) == 0
+    decay = value.value
 print(json.dumps({
     "pid": os.getpid(),
     "allocator": allocator.in_use(),
     "ld_preload": os.environ.get("LD_PRELOAD"),
     "marker": os.environ.get(allocator.PRELOADED),
+    "malloc_conf": os.environ.get("MALLOC_CONF"),
+    "dirty_decay_ms": decay,
     "child": child.stdout.strip(),
 }))
 """
 
 
 def _probe(setting: str, **env: str) -> tuple[int, dict]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", allocator.PRELOADED)}
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LD_PRELOAD", "MALLOC_CONF", allocator.PRELOADED, allocator.CONF_GIVEN)
+    }
     environ.update(env)
     proc = subprocess.Popen(
         [sys.executable, "-c", PROBE, setting],
@@ -65,6 +79,16 @@ def test_a_worker_reexecutes_itself_with_jemalloc_and_its_children_do_not_inheri
     assert seen["allocator"] == "jemalloc"
     assert seen["ld_preload"] is None and seen["marker"] is None
     assert seen["child"] == "system"  # a browser the worker starts brings its own allocator
+    # freed pages go back to the system after a second, not jemalloc's default 10 s; the
+    # processes the worker starts do not see the setting
+    assert seen["dirty_decay_ms"] == 1000 and seen["malloc_conf"] is None
+
+
+def test_the_users_own_jemalloc_options_win():
+    _pid, seen = _probe("auto", MALLOC_CONF="dirty_decay_ms:5000")
+    assert seen["allocator"] == "jemalloc"
+    assert seen["dirty_decay_ms"] == 5000
+    assert seen["malloc_conf"] == "dirty_decay_ms:5000"  # as it was, for its children too
 
 
 def test_a_preload_of_the_users_own_is_kept_beside_it():

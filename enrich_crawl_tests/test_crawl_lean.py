@@ -269,6 +269,56 @@ def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed
         spider.pages.close()
 
 
+def test_mappings_matched_per_url_are_remembered_for_the_urls_in_play_only(tmp_path, monkeypatch):
+    from enrich_crawl.crawl import extraction
+
+    (tmp_path / "maps").mkdir()
+    (tmp_path / "maps" / "org.json").write_text(ORG_MAPPING, encoding="utf-8")
+    mappings = MappingSet.load(tmp_path / "maps")
+    params = WorkerParams(
+        dataset="d",
+        partition="s00",
+        seed_path=str(tmp_path / "seed.parquet"),
+        out_dir=str(tmp_path / "out"),
+        mappings_dir=str(tmp_path / "maps"),
+        field_types={"founded": "integer"},
+    )
+    monkeypatch.setattr(extraction, "MATCH_CACHE", 8)
+    spider = EnrichSpider(params=params, mappings=mappings)
+    try:
+        extractor = spider.extraction
+        org = extractor.matching("http://org.example/")
+        assert [m.name for m in org] == [m.name for m in mappings.matching("http://org.example/")]
+        assert org  # the org mapping claims the site
+        for i in range(50):  # a crawl's stream of URLs, most of them claimed by no mapping
+            assert extractor.matching(f"http://elsewhere.example/{i}") == ()
+            assert extractor.matching("http://org.example/") == org  # in play: kept
+        assert len(extractor.match_cache) == 8
+        assert "http://org.example/" in extractor.match_cache
+        assert "http://elsewhere.example/0" not in extractor.match_cache
+    finally:
+        spider.out.close()
+        spider.pages.close()
+
+
+def test_page_cache_remembers_which_evicted_pages_the_store_keeps(tmp_path):
+    cache = PageCache(max_bytes=1, spill_dir=str(tmp_path), max_parsed=1)
+    try:
+        for i in range(3):
+            key = f"http://s{i}.example/"
+            page = Page(key, b"<p>%d</p>" % i, content_type="text/html")
+            cache.put(key, page, stored=i < 2)
+        # the two oldest left memory; the store keeps them, so nothing was spilled
+        assert cache.spilled == 0 and cache.dropped == 2
+        assert cache.in_store_only("http://s0.example/")
+        assert cache.in_store_only("http://s1.example/")
+        assert not cache.in_store_only("http://s2.example/")  # still in memory
+        assert not cache.in_store_only("http://never.example/")
+        assert cache.get("http://s0.example/") is None  # asked of the store, not the cache
+    finally:
+        cache.close()
+
+
 def test_page_cache_asks_its_scratch_file_only_for_what_it_spilled(tmp_path):
     cache = PageCache(max_bytes=1, spill_dir=str(tmp_path), max_parsed=1)
     try:

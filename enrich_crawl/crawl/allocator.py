@@ -20,6 +20,13 @@ their own allocators. `ENRICH_CRAWL_ALLOCATOR` (enrich_crawl.config) chooses: `a
 jemalloc when found at the usual library paths), `system` (glibc's malloc), or the path of a
 malloc library to preload. Not Linux, no library found, or a re-exec that fails: the worker runs on
 as it started, and `stats.json` says which allocator it used (`allocator`).
+
+jemalloc keeps the pages it freed for 10 s by default before it gives them back to the system; a
+crawl frees a parsed page every few milliseconds, so at its peak a worker held ~30 MB of such
+pages beyond what it used. Unless `MALLOC_CONF` is set (then it is the user's), the re-executed
+worker gets `dirty_decay_ms:1000,muzzy_decay_ms:0`: pages unused for a second go back
+(docs/performance.md, "The crawl workers' allocator"). Like `LD_PRELOAD`, `MALLOC_CONF` is put
+back as it was for the processes the worker starts.
 """
 
 from __future__ import annotations
@@ -41,7 +48,11 @@ JEMALLOC_PATHS = (
 )
 # set on the re-executed worker: LD_PRELOAD as it was before (restored at once)
 PRELOADED = "ENRICH_CRAWL_PRELOADED"
+# set on the re-executed worker when it was given JEMALLOC_CONF (MALLOC_CONF removed at once)
+CONF_GIVEN = "ENRICH_CRAWL_MALLOC_CONF_GIVEN"
 SYSTEM = "system"
+# jemalloc's options for a crawl worker: freed pages go back to the system after 1 s (not 10)
+JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
 
 
 def find_jemalloc() -> str | None:
@@ -77,6 +88,8 @@ def ensure(setting: str) -> None:
             os.environ["LD_PRELOAD"] = before
         else:
             os.environ.pop("LD_PRELOAD", None)
+        if os.environ.pop(CONF_GIVEN, None) is not None:
+            os.environ.pop("MALLOC_CONF", None)
         return
     library = library_for(setting)
     if library is None or os.path.realpath(library) in in_use_libraries():
@@ -85,6 +98,9 @@ def ensure(setting: str) -> None:
     before = env.get("LD_PRELOAD", "")
     env[PRELOADED] = before
     env["LD_PRELOAD"] = f"{library} {before}".strip()
+    if "jemalloc" in os.path.basename(library) and not env.get("MALLOC_CONF"):
+        env["MALLOC_CONF"] = JEMALLOC_CONF
+        env[CONF_GIVEN] = "1"
     argv = [sys.executable, *sys.orig_argv[1:]]
     try:
         sys.stdout.flush()

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+MATCH_CACHE = 4096  # URLs whose matching mappings a crawl remembers (most recently used)
+
 
 class _Extraction:
     """One mapping on one page for one (fragment, record id) key, filled on demand."""
@@ -66,18 +68,22 @@ class Extractor:
         self.collector = collector
         self.goal_directed = config.strategy != "bfs"
         self.extraction_cache: OrderedDict[str, _Extraction] = OrderedDict()
-        self.match_cache: OrderedDict[str, list[Mapping]] = OrderedDict()
+        # URL -> its mappings, for the URLs in play: a page's URL is matched when its request
+        # leaves and again when it is processed, and the requests waiting meanwhile are a few
+        # hundred per crawl; a tuple, and the empty one (most URLs) is a single object
+        self.match_cache: OrderedDict[str, tuple[Mapping, ...]] = OrderedDict()
         # the render gate (rendering.py), when some mapping renders: True when the page's records
         # wait for its rendered version instead
         self.defer_to_render: Callable[[str, Page], bool] | None = None
 
-    def matching(self, url: str) -> list[Mapping]:
+    def matching(self, url: str) -> tuple[Mapping, ...]:
         mappings = self.match_cache.get(url)
         if mappings is None:
-            mappings = self.mappings.matching(url)
-            self.match_cache[url] = mappings
-            if len(self.match_cache) > 20000:
+            mappings = self.match_cache[url] = tuple(self.mappings.matching(url))
+            if len(self.match_cache) > MATCH_CACHE:
                 self.match_cache.popitem(last=False)
+        else:
+            self.match_cache.move_to_end(url)
         return mappings
 
     def claims(self, url: str) -> bool:
@@ -186,7 +192,7 @@ class Extractor:
         url = page.url + (f"#{waiter.fragment}" if waiter.fragment else "")
         if self.collector is not None:
             self.collector.keep(waiter.record, page, fragment=waiter.fragment, depth=waiter.depth)
-        mappings = [] if page.known_useless else self.matching(url)
+        mappings = () if page.known_useless else self.matching(url)
         if mappings:
             useful = True
         if not mappings and waiter.depth == 0:

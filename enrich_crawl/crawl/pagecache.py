@@ -38,9 +38,10 @@ class PageCache:
         self.pages: OrderedDict[str, Page] = OrderedDict()
         self.weights: dict[str, int] = {}  # bytes counted for each page in memory
         self.in_store: set[str] = set()  # keys of pages in memory whose body the store keeps
-        # pages that left memory for the store alone (the most recent ones: memory stays flat;
-        # an older one is looked up like a page of an earlier run, or fetched again)
-        self.dropped_keys = BoundedSet(100_000)
+        # hashes of the keys of pages that left memory for the store alone (the most recent ones:
+        # memory stays flat; an older one is looked up like a page of an earlier run, or fetched
+        # again; a hash collision costs one look-up of the store)
+        self.dropped_keys: BoundedSet[int] = BoundedSet(100_000)
         self.parsed: OrderedDict[str, Page] = OrderedDict()
         self._dir = Path(tempfile.mkdtemp(prefix="enrich-crawl-pages-", dir=spill_dir))
         self.db = sqlite3.connect(self._dir / "pages.sqlite", isolation_level=None)
@@ -86,7 +87,7 @@ class PageCache:
 
     def in_store_only(self, key: str) -> bool:
         """This run's page `key` left memory for the crawled-URL store (ask the store for it)."""
-        return key in self.dropped_keys
+        return hash(key) in self.dropped_keys
 
     def failure(self, key: str) -> str | None:
         """The reason the page failed earlier in this run, or None."""
@@ -132,7 +133,7 @@ class PageCache:
                 strip_parsed(old)
             if old_key in self.in_store:
                 self.in_store.discard(old_key)
-                self.dropped_keys.add(old_key)
+                self.dropped_keys.add(hash(old_key))
                 self.dropped += 1
             else:
                 self._spill(old_key, old)

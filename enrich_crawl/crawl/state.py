@@ -44,13 +44,15 @@ import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pymongo.errors import BulkWriteError
 
 from enrich_crawl.crawl.robots import RobotsRules
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 HOSTS = "_crawl_hosts"
 ROBOTS = "_crawl_robots"
@@ -128,13 +130,13 @@ def epoch_seconds(value: Any) -> float | None:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
-class BoundedSet:
+class BoundedSet(Generic[T]):
     """A set that forgets its oldest members beyond `limit` (memory stays flat however many hosts
     a crawl meets; forgetting only costs a database round trip later)."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._items: OrderedDict[str, None] = OrderedDict()
+        self._items: OrderedDict[T, None] = OrderedDict()
 
     def __contains__(self, item: object) -> bool:
         return item in self._items
@@ -142,13 +144,13 @@ class BoundedSet:
     def __len__(self) -> int:
         return len(self._items)
 
-    def add(self, item: str) -> None:
+    def add(self, item: T) -> None:
         self._items[item] = None
         self._items.move_to_end(item)
         if len(self._items) > self.limit:
             self._items.popitem(last=False)
 
-    def discard(self, item: str) -> None:
+    def discard(self, item: T) -> None:
         self._items.pop(item, None)
 
 
@@ -256,7 +258,7 @@ class CrawlState:
         # page documents queued and not yet written (with their write): what `pages_get` must see
         self.unflushed: dict[str, tuple[Any, dict[str, Any]]] = {}
         self.origins: OrderedDict[str, bool] = OrderedDict()  # origin -> has stored pages
-        self.marked = BoundedSet(100_000)  # origins this process recorded in ORIGINS
+        self.marked: BoundedSet[str] = BoundedSet(100_000)  # origins this process recorded in ORIGINS
         self.stats: Counter[str] = Counter()
         self.available = True
         self._flusher: asyncio.Task | None = None
