@@ -231,7 +231,8 @@ ORG_MAPPING = """{
 }"""
 
 
-def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed(tmp_path):
+def _org_spider(tmp_path) -> tuple[EnrichSpider, MappingSet]:
+    """A crawl's spider (its extraction room) with the org mapping, outside Scrapy."""
     (tmp_path / "maps").mkdir()
     (tmp_path / "maps" / "org.json").write_text(ORG_MAPPING, encoding="utf-8")
     mappings = MappingSet.load(tmp_path / "maps")
@@ -243,7 +244,11 @@ def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed
         mappings_dir=str(tmp_path / "maps"),
         field_types={"founded": "integer"},
     )
-    spider = EnrichSpider(params=params, mappings=mappings)
+    return EnrichSpider(params=params, mappings=mappings), mappings
+
+
+def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed(tmp_path):
+    spider, mappings = _org_spider(tmp_path)
     try:
         page = Page(
             "http://org.example/",
@@ -272,19 +277,8 @@ def test_fields_run_only_for_records_that_want_them_and_links_only_when_followed
 def test_mappings_matched_per_url_are_remembered_for_the_urls_in_play_only(tmp_path, monkeypatch):
     from enrich_crawl.crawl import extraction
 
-    (tmp_path / "maps").mkdir()
-    (tmp_path / "maps" / "org.json").write_text(ORG_MAPPING, encoding="utf-8")
-    mappings = MappingSet.load(tmp_path / "maps")
-    params = WorkerParams(
-        dataset="d",
-        partition="s00",
-        seed_path=str(tmp_path / "seed.parquet"),
-        out_dir=str(tmp_path / "out"),
-        mappings_dir=str(tmp_path / "maps"),
-        field_types={"founded": "integer"},
-    )
     monkeypatch.setattr(extraction, "MATCH_CACHE", 8)
-    spider = EnrichSpider(params=params, mappings=mappings)
+    spider, mappings = _org_spider(tmp_path)
     try:
         extractor = spider.extraction
         org = extractor.matching("http://org.example/")
