@@ -258,7 +258,8 @@ class CrawlState:
         # page documents queued and not yet written (with their write): what `pages_get` must see
         self.unflushed: dict[str, tuple[Any, dict[str, Any]]] = {}
         self.origins: OrderedDict[str, bool] = OrderedDict()  # origin -> has stored pages
-        self.marked: BoundedSet[str] = BoundedSet(100_000)  # origins this process recorded in ORIGINS
+        # origins this process recorded in ORIGINS
+        self.marked: BoundedSet[str] = BoundedSet(100_000)
         self.stats: Counter[str] = Counter()
         self.available = True
         self._flusher: asyncio.Task | None = None
