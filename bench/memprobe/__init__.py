@@ -10,7 +10,7 @@ allocators (libxml2 through jemalloc shows as jemalloc's; thread stacks, mmaps) 
 the anonymous pages. tracemalloc is not used: it traces every allocation, which costs the process
 its own memory and time (a 4-crawler worker traced at 550 MB peaked at ~300 MB untraced).
 
-    PYTHONPATH=bench/memprobe/site MEMPROBE_DIR=/tmp/probe \\
+    PYTHONPATH=$PWD/bench/memprobe/site MEMPROBE_DIR=/tmp/probe \\
         python -m bench.e2e.layouts --records 20000 --series fleet:8/2
     python -m bench.memprobe /tmp/probe            # each process: its samples and peak census
 
