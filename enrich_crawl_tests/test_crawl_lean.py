@@ -286,7 +286,8 @@ def test_mappings_matched_per_url_are_remembered_for_the_urls_in_play_only(tmp_p
         assert org  # the org mapping claims the site
         for i in range(50):  # a crawl's stream of URLs, most of them claimed by no mapping
             assert extractor.matching(f"http://elsewhere.example/{i}") == ()
-            assert extractor.matching("http://org.example/") == org  # in play: kept
+            # in play: kept, never matched again (a match made again is a new tuple)
+            assert extractor.matching("http://org.example/") is org
         assert len(extractor.match_cache) == 8
         assert "http://org.example/" in extractor.match_cache
         assert "http://elsewhere.example/0" not in extractor.match_cache
