@@ -215,7 +215,10 @@ def normalise_link(url: str) -> tuple[str | None, str | None]:
     return _intranet(_normalised_link(url))
 
 
-@functools.lru_cache(maxsize=8192)
+# A result is keyed by the page's base URL, so it recurs only within a page (a link in the menu
+# and the text, the url_parsers of two mappings): a crawl of 2,000 records resolved 6,638 links
+# with 2 hits when this kept 8,192 results (~3 MB at its bound, for nothing)
+@functools.lru_cache(maxsize=512)
 def _resolved_link(base: str, href: str) -> tuple[str | None, str | None]:
     return _checked(_prepare(href), base)
 
@@ -223,8 +226,8 @@ def _resolved_link(base: str, href: str) -> tuple[str | None, str | None]:
 def resolve_link(base: str, href: str) -> tuple[str | None, str | None]:
     """A link found on a page, resolved against `base` (the page's URL or its `<base href>`)
     as a browser resolves it, then held to the same policies as `normalise_url`: (URL, None)
-    or (None, reason). Menus and footers repeat on every page of a site: recent results are
-    remembered."""
+    or (None, reason). The same link recurs on a page (menu and text, several mappings): the
+    results of the recent ones are remembered."""
     return _intranet(_resolved_link(base, href))
 
 

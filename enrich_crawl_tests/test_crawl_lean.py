@@ -278,19 +278,31 @@ def test_mappings_matched_per_url_are_remembered_for_the_urls_in_play_only(tmp_p
     from enrich_crawl.crawl import extraction
 
     monkeypatch.setattr(extraction, "MATCH_CACHE", 8)
-    spider, mappings = _org_spider(tmp_path)
+    spider, _mappings = _org_spider(tmp_path)
     try:
         extractor = spider.extraction
+        matched: list[str] = []
+        real = extractor.mappings.matching
+
+        def matching(url):  # the real matcher, each URL it is asked about noted
+            matched.append(url)
+            return real(url)
+
+        monkeypatch.setattr(extractor.mappings, "matching", matching)
         org = extractor.matching("http://org.example/")
-        assert [m.name for m in org] == [m.name for m in mappings.matching("http://org.example/")]
+        assert [m.name for m in org] == [m.name for m in real("http://org.example/")]
         assert org  # the org mapping claims the site
         for i in range(50):  # a crawl's stream of URLs, most of them claimed by no mapping
             assert extractor.matching(f"http://elsewhere.example/{i}") == ()
-            # in play: kept, never matched again (a match made again is a new tuple)
+            # in play: kept, never matched again
             assert extractor.matching("http://org.example/") is org
+        assert matched.count("http://org.example/") == 1
         assert len(extractor.match_cache) == 8
         assert "http://org.example/" in extractor.match_cache
         assert "http://elsewhere.example/0" not in extractor.match_cache
+        # the URLs of a site share one answer: the memo holds a tuple per answer, not per URL
+        assert extractor.matching("http://org.example/about") is org
+        assert extractor.matching("http://elsewhere.example/0") is extractor.matching("x:") == ()
     finally:
         spider.out.close()
         spider.pages.close()
@@ -317,6 +329,8 @@ def test_page_cache_remembers_which_evicted_pages_the_store_keeps(tmp_path):
 def test_page_cache_asks_its_scratch_file_only_for_what_it_spilled(tmp_path):
     cache = PageCache(max_bytes=1, spill_dir=str(tmp_path), max_parsed=1)
     try:
+        # SQLite keeps 64 KiB of the scratch file, not its default 2 MiB per crawl
+        assert cache.db.execute("PRAGMA cache_size").fetchone()[0] == -64
         pages = [
             Page(f"http://p{i}.example/", b"<p>%d</p>" % i, content_type="text/html")
             for i in range(3)

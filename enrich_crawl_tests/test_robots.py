@@ -112,6 +112,16 @@ def test_crawl_delay_is_per_group():
     assert not verdict.allowed("http://h.test/a", UA) and not verdict.allowed("http://h.test/b", UA)
 
 
+def test_an_origin_keeps_its_agent_rules_not_the_parsed_groups():
+    """A crawl holds the verdicts of hundreds of origins: once the rules for a product token are
+    built, the groups they came from are let go, and another token reads the file again."""
+    verdict = rules("User-agent: enrich_crawl\nDisallow: /mine\n\nUser-agent: *\nDisallow: /\n")
+    assert verdict.allowed("http://h.test/yours", UA)
+    assert verdict._groups is None and list(verdict._agents) == ["enrich_crawl"]
+    assert not verdict.allowed("http://h.test/yours", "otherbot/2")
+    assert not verdict.allowed("http://h.test/mine", UA)
+
+
 def test_misspelt_records_and_a_missing_colon_are_read_as_meant():
     """As Google's parser does (its ID_LineSyntax_Line case): the intent is plain."""
     assert not rules("user-agent FooBot\ndisallow /\n").allowed("http://h.test/x", "FooBot")

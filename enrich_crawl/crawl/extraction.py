@@ -72,6 +72,10 @@ class Extractor:
         # leaves and again when it is processed, and the requests waiting meanwhile are a few
         # hundred per crawl; a tuple, and the empty one (most URLs) is a single object
         self.match_cache: OrderedDict[str, tuple[Mapping, ...]] = OrderedDict()
+        # each distinct answer once: the URLs of a site match the same few mappings, and the
+        # memo would otherwise hold a tuple of its own per URL
+        # (keyed by the mappings' identities: the crawl's MappingSet holds them for its life)
+        self._answers: dict[tuple[int, ...], tuple[Mapping, ...]] = {(): ()}
         # the render gate (rendering.py), when some mapping renders: True when the page's records
         # wait for its rendered version instead
         self.defer_to_render: Callable[[str, Page], bool] | None = None
@@ -79,7 +83,14 @@ class Extractor:
     def matching(self, url: str) -> tuple[Mapping, ...]:
         mappings = self.match_cache.get(url)
         if mappings is None:
-            mappings = self.match_cache[url] = tuple(self.mappings.matching(url))
+            found = tuple(self.mappings.matching(url))
+            key = tuple(map(id, found))
+            mappings = self._answers.get(key)
+            if mappings is None:
+                if len(self._answers) >= MATCH_CACHE:  # never more answers than URLs
+                    self._answers = {(): ()}
+                mappings = self._answers[key] = found
+            self.match_cache[url] = mappings
             if len(self.match_cache) > MATCH_CACHE:
                 self.match_cache.popitem(last=False)
         else:

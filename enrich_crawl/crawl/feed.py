@@ -27,6 +27,9 @@ from enrich_crawl.dataset.seedfile import read_seed_shard
 logger = logging.getLogger(__name__)
 
 FEED_CHUNK = 200  # records read, checked for freshness and started together
+# the columns of the seed shard a crawl reads (Outcomes.not_started uses no others): the rest
+# (`_data`, `_raw`: most of a shard's bytes) would be held for a whole row group meanwhile
+FEED_COLUMNS = ("_id", "_urls", "_missing", "_url_errors")
 
 
 class RecordFeed:
@@ -50,7 +53,7 @@ class RecordFeed:
         self.idle_retries: Counter[str] = Counter()  # page key -> requests re-sent at idle
 
     def records(self) -> Iterator[dict[str, Any]]:
-        return read_seed_shard(Path(self.params.seed_path))
+        return read_seed_shard(Path(self.params.seed_path), FEED_COLUMNS)
 
     def _chunks(self) -> Iterator[list[dict[str, Any]]]:
         chunk: list[dict[str, Any]] = []

@@ -47,6 +47,9 @@ class PageCache:
         self.db = sqlite3.connect(self._dir / "pages.sqlite", isolation_level=None)
         self.db.execute("PRAGMA journal_mode=OFF")
         self.db.execute("PRAGMA synchronous=OFF")
+        # SQLite's own page cache (2 MiB by default, per crawl) would hold what the system's file
+        # cache holds anyway: the file is written once per page and read back rarely
+        self.db.execute("PRAGMA cache_size=-64")
         self.db.execute(
             "CREATE TABLE pages (key TEXT PRIMARY KEY, url TEXT, status INTEGER, ctype TEXT, "
             "fetched_at TEXT, content_hash TEXT, rendered INTEGER, body BLOB, reason TEXT)"

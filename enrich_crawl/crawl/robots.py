@@ -216,6 +216,9 @@ class RobotsRules:
         found = self._agents.get(token)
         if found is None:
             found = self._agents[token] = rules_for(self.groups, token)
+            # the groups only served to build these rules: a crawl keeps the rules of hundreds
+            # of origins, and another token (rare) parses the text again
+            self._groups = None
         return found
 
     def allowed(self, url: str, user_agent: str) -> bool:
