@@ -24,7 +24,21 @@ time.sleep(1.6)
 """
 
 
-def _run(tmp_path: Path, **env: str) -> list[dict]:
+# cyclic garbage the collector has not reached yet (its thresholds pushed out of the way)
+GARBAGE = """# memprobe-test-marker
+import gc, time
+gc.set_threshold(10**9)
+class Node:
+    pass
+for i in range(5_000):
+    node = Node()
+    node.me = [node, "x"]
+del node
+time.sleep(1.6)
+"""
+
+
+def _run(tmp_path: Path, workload: str = WORKLOAD, **env: str) -> list[dict]:
     out = tmp_path / "probe"
     environ = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
     environ.update(
@@ -36,7 +50,7 @@ def _run(tmp_path: Path, **env: str) -> list[dict]:
         **env,
     )
     proc = subprocess.run(
-        [sys.executable, "-c", WORKLOAD], env=environ, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", workload], env=environ, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     assert "memprobe: not sampling" not in proc.stderr
@@ -46,6 +60,7 @@ def _run(tmp_path: Path, **env: str) -> list[dict]:
     assert len(rows) >= 3
     text = "\n".join(report(files[0]))
     assert "census at" in text and "builtins.str" not in text  # str is not tracked by gc
+    assert "(peak " in text
     return rows
 
 
@@ -79,3 +94,16 @@ def test_other_processes_are_not_sampled(tmp_path):
     )  # the default match is a crawl worker's command line
     subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)"], env=environ, check=True)
     assert not out.exists()
+
+
+def test_shapes_and_a_collection_show_the_garbage_waiting(tmp_path):
+    rows = _run(tmp_path, GARBAGE, MEMPROBE_SHAPES="1", MEMPROBE_COLLECT="1")
+    first = next(row for row in rows if "collected" in row)
+    shapes = dict(first["shapes"])
+    assert shapes["list[2](Node,str)"] >= 5_000  # the cycles, by the shape of their lists
+    assert first["collected"]["found"] >= 10_000  # each Node and its list were garbage
+    assert first["collected"]["objects_after"] <= first["census"]["objects"] - 10_000
+    young, _middle, _old = first["gc"]["count"]
+    assert young >= 10_000 and first["gc"]["threshold"][0] == 10**9
+    later = [row for row in rows if "collected" in row][1:]
+    assert all(row["collected"]["found"] < 1_000 for row in later)  # nothing new meanwhile

@@ -14,7 +14,12 @@ its own memory and time (a 4-crawler worker traced at 550 MB peaked at ~300 MB u
         python -m bench.e2e.layouts --records 20000 --series fleet:8/2
     python -m bench.memprobe /tmp/probe            # each process: its samples and peak census
 
-Environment: MEMPROBE_DIR (required), MEMPROBE_MATCH (a substring of the command lines to sample;
-default `enrich_crawl.crawl.worker`), MEMPROBE_INTERVAL (seconds, default 10), MEMPROBE_CENSUS
-(every how many samples the census runs, default 3; 0: never).
+Every sample also records the cyclic collector's state (the young generation's count, how often
+each generation ran and what it found). Environment: MEMPROBE_DIR (required), MEMPROBE_MATCH (a
+substring of the command lines to sample; default `enrich_crawl.crawl.worker`), MEMPROBE_INTERVAL
+(seconds, default 10), MEMPROBE_CENSUS (every how many samples the census runs, default 3; 0:
+never), MEMPROBE_SHAPES=1 (with each census, the commonest shapes of the small objects: which
+structure holds them, which exceptions and tracebacks wait for the collector), MEMPROBE_COLLECT=1
+(after each census, a full collection: what it found, what it took, RSS after; it changes the
+process it measures, so it is for finding garbage, not for peaks).
 """

@@ -103,11 +103,66 @@ def census(top: int = 40) -> dict[str, Any]:
     }
 
 
+def collector() -> dict[str, Any]:
+    """The cyclic collector's state: the counts that trigger each generation, and per generation
+    how often it ran and how many objects it found unreachable (garbage waits until it runs)."""
+    return {
+        "count": list(gc.get_count()),
+        "threshold": list(gc.get_threshold()),
+        "frozen": gc.get_freeze_count(),
+        "stats": [[g["collections"], g["collected"]] for g in gc.get_stats()],
+    }
+
+
+def _shape(obj: Any) -> str | None:
+    """What kind of small object `obj` is, for `shapes` (None: not counted)."""
+    kind = type(obj)
+    if kind in (tuple, list, set, frozenset):
+        items = list(obj)[:3] if kind in (tuple, list) else []
+        inner = ",".join(type(item).__name__ for item in items)
+        return f"{kind.__name__}[{min(len(obj), 9)}]({inner})"
+    if kind is dict:
+        return "dict{" + ",".join(str(key)[:20] for key in list(obj)[:4]) + "}"
+    if kind.__name__ == "Failure":  # Twisted's (an exception itself since Twisted 24)
+        return f"failure of {type(getattr(obj, 'value', None)).__name__}"
+    if isinstance(obj, BaseException):
+        return f"exception {kind.__name__}"
+    if kind.__name__ == "traceback":
+        code = obj.tb_frame.f_code
+        return f"traceback at {code.co_name} ({Path(code.co_filename).name})"
+    return None
+
+
+def shapes(top: int = 40) -> list[list[Any]]:
+    """The commonest shapes of what the collector tracks: containers by type, length and the
+    types of their first items (a dict by its first keys), exceptions and Twisted failures by
+    type, tracebacks by the function they stopped in. Which structure holds the many small
+    objects, and which garbage waits for the collector."""
+    count: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        shape = _shape(obj)
+        if shape is not None:
+            count[shape] += 1
+    return [[name, number] for name, number in count.most_common(top)]
+
+
 def sample(n: int, every_census: int, mallctl=None) -> dict[str, Any]:
-    row: dict[str, Any] = {"status": status(), "jemalloc": jemalloc(mallctl)}
+    row: dict[str, Any] = {"status": status(), "jemalloc": jemalloc(mallctl), "gc": collector()}
     if every_census and n % every_census == 0:
         row["pymalloc"] = pymalloc()
         row["census"] = census()
+        if os.environ.get("MEMPROBE_SHAPES") == "1":
+            row["shapes"] = shapes()
+        if os.environ.get("MEMPROBE_COLLECT") == "1":  # how much of it was garbage waiting
+            started = time.perf_counter()
+            found = gc.collect()
+            row["collected"] = {
+                "found": found,
+                "ms": round((time.perf_counter() - started) * 1000, 1),
+                "objects_after": len(gc.get_objects()),
+                "status_after": status(),
+                "jemalloc_after": jemalloc(mallctl),
+            }
     return row
 
 
