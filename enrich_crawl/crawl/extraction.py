@@ -70,11 +70,11 @@ class Extractor:
         self.extraction_cache: OrderedDict[str, _Extraction] = OrderedDict()
         # URL -> its mappings, for the URLs in play: a page's URL is matched when its request
         # leaves and again when it is processed, and the requests waiting meanwhile are a few
-        # hundred per crawl; a tuple, and the empty one (most URLs) is a single object
+        # hundred per crawl
         self.match_cache: OrderedDict[str, tuple[Mapping, ...]] = OrderedDict()
-        # each distinct answer once: the URLs of a site match the same few mappings, and the
-        # memo would otherwise hold a tuple of its own per URL
-        # (keyed by the mappings' identities: the crawl's MappingSet holds them for its life)
+        # each distinct answer is one tuple, shared by the URLs that give it (the URLs of a site
+        # match the same few mappings); keyed by the mappings' identities, which the crawl's
+        # MappingSet (never changed once built) holds for its whole life
         self._answers: dict[tuple[int, ...], tuple[Mapping, ...]] = {(): ()}
         # the render gate (rendering.py), when some mapping renders: True when the page's records
         # wait for its rendered version instead
