@@ -308,6 +308,34 @@ def test_mappings_matched_per_url_are_remembered_for_the_urls_in_play_only(tmp_p
         spider.pages.close()
 
 
+def test_the_feed_reads_only_the_columns_of_the_shard_it_uses(tmp_path):
+    """A crawl holds a whole row group of what it reads: `_data` and `_raw` (most of a shard's
+    bytes) are left on disk."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from enrich_crawl.crawl.feed import FEED_COLUMNS
+
+    spider, _mappings = _org_spider(tmp_path)
+    try:
+        row = {
+            "_id": "R1",
+            "_row": 1,
+            "_urls": ["http://org.example/"],
+            "_url_errors": "[]",
+            "_missing": ["city"],
+            "_data": '{"name": "Org"}',
+            "_raw": '{"name": "Org"}',
+        }
+        pq.write_table(pa.Table.from_pylist([row]), tmp_path / "seed.parquet")
+        (record,) = list(spider.feed.records())
+        assert set(record) == set(FEED_COLUMNS) == {"_id", "_urls", "_missing", "_url_errors"}
+        assert record["_url_errors"] == [] and record["_urls"] == ["http://org.example/"]
+    finally:
+        spider.out.close()
+        spider.pages.close()
+
+
 def test_page_cache_remembers_which_evicted_pages_the_store_keeps(tmp_path):
     cache = PageCache(max_bytes=1, spill_dir=str(tmp_path), max_parsed=1)
     try:
